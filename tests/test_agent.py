@@ -1,0 +1,112 @@
+"""The learner's math on hand-computed numbers, and the agent's behaviour."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from vecdqn.agent import DQNAgent, double_dqn_target, select_device, td_loss
+from vecdqn.model import QNetwork
+
+
+def test_double_dqn_target_hand_computed():
+    rewards = torch.tensor([1.0, 0.0, 0.5])
+    # Second sample terminated (discount 0); third truncated: still bootstraps with gamma^n.
+    discounts = torch.tensor([0.99, 0.0, 0.99**3])
+    next_q_online = torch.tensor([[2.0, 1.0], [3.0, 1.0], [0.0, 5.0]])
+    next_q_target = torch.tensor([[10.0, 20.0], [30.0, 40.0], [7.0, 4.0]])
+
+    double = double_dqn_target(rewards, discounts, next_q_online, next_q_target, double=True)
+    # argmax online = [0, 0, 1] -> target values [10, 30, 4]
+    expected = torch.tensor([1.0 + 0.99 * 10.0, 0.0, 0.5 + 0.99**3 * 4.0])
+    torch.testing.assert_close(double, expected)
+
+    nature = double_dqn_target(rewards, discounts, next_q_online, next_q_target, double=False)
+    # max target = [20, 40, 7]
+    torch.testing.assert_close(nature, torch.tensor([1.0 + 0.99 * 20.0, 0.0, 0.5 + 0.99**3 * 7.0]))
+
+
+def test_td_loss_is_importance_weighted_huber():
+    q_taken = torch.zeros(3, requires_grad=True)
+    targets = torch.tensor([0.5, 2.0, -3.0])
+    weights = torch.tensor([1.0, 0.5, 2.0])
+    loss, td = td_loss(q_taken, targets, weights)
+    # huber(0.5) = 0.125; huber(2) = 1.5; huber(-3) = 2.5 -> weighted 0.125, 0.75, 5.0
+    assert loss.item() == pytest.approx((0.125 + 0.75 + 5.0) / 3)
+    torch.testing.assert_close(td, targets)
+    loss.backward()
+    # d/dq of w*huber(y-q)/B: -w*clip(y-q, -1, 1)/B
+    torch.testing.assert_close(q_taken.grad, torch.tensor([-0.5, -0.5, 2.0]) / 3)
+
+
+@pytest.mark.parametrize("dueling", [True, False])
+def test_qnetwork_shapes(dueling):
+    net = QNetwork(6, dueling=dueling)
+    obs = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
+    q = net(obs)
+    assert q.shape == (5, 6) and q.dtype == torch.float32
+    with pytest.raises(ValueError, match="n_actions=0"):
+        QNetwork(0)
+
+
+def test_dueling_head_mean_advantage_is_zero():
+    torch.manual_seed(0)
+    net = QNetwork(4, dueling=True)
+    obs = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    x = net.torso(obs.float() / 255)
+    value = net.value(x).squeeze(1)
+    torch.testing.assert_close(net(obs).mean(dim=1), value)
+
+
+def _agent(**kwargs):
+    torch.manual_seed(0)
+    return DQNAgent(3, (4, 84, 84), torch.device("cpu"), seed=0, hidden_size=32, **kwargs)
+
+
+def test_act_greedy_and_random():
+    agent = _agent()
+    obs = np.random.default_rng(0).integers(0, 256, (16, 4, 84, 84), dtype=np.uint8)
+    greedy = agent.act(obs, epsilon=0.0)
+    with torch.no_grad():
+        expected = agent.online(torch.from_numpy(obs)).argmax(1).numpy()
+    np.testing.assert_array_equal(greedy, expected)
+    assert greedy.dtype == np.int64 and greedy.shape == (16,)
+
+    many = np.concatenate([agent.act(obs, epsilon=1.0) for _ in range(200)])
+    counts = np.bincount(many, minlength=3) / many.size
+    np.testing.assert_allclose(counts, 1 / 3, atol=0.03)
+
+
+def test_update_fits_a_fixed_batch_and_target_sync():
+    agent = _agent(learning_rate=1e-3)
+    rng = np.random.default_rng(1)
+    batch = SimpleNamespace(
+        obs=rng.integers(0, 256, (8, 4, 84, 84), dtype=np.uint8),
+        next_obs=rng.integers(0, 256, (8, 4, 84, 84), dtype=np.uint8),
+        actions=rng.integers(0, 3, 8),
+        rewards=rng.choice([-1.0, 1.0], 8).astype(np.float32),
+        discounts=np.zeros(8, np.float32),  # terminal: targets are the rewards, a fixed regression
+        weights=np.ones(8, np.float32),
+    )
+    first, td = agent.update(batch)
+    assert td.shape == (8,) and td.dtype == np.float32
+    for _ in range(50):
+        last, td = agent.update(batch)
+    assert last["td_loss"] < 0.1 * first["td_loss"]
+    assert np.abs(td).max() < 0.5
+    assert agent.updates == 51
+
+    obs = torch.from_numpy(batch.obs)
+    assert not torch.equal(agent.online(obs), agent.target(obs))
+    agent.sync_target()
+    torch.testing.assert_close(agent.online(obs), agent.target(obs))
+
+
+def test_select_device():
+    assert select_device("cpu").type == "cpu"
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert select_device("auto").type == expected
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            select_device("cuda")

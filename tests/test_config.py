@@ -1,0 +1,85 @@
+"""Config, its command line, presets, validation messages and the schedules."""
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vecdqn.config import PRESETS, Config, build_parser, default_torch_threads, parse_args
+from vecdqn.schedules import PiecewiseLinear
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_field_is_an_option_with_help():
+    help_text = build_parser().format_help()
+    for f in dataclasses.fields(Config):
+        flag = "--" + f.name.replace("_", "-")
+        assert flag in help_text, flag
+        assert f.metadata["help"], f.name
+    assert "agent steps" in help_text
+    assert "--no-dueling" in help_text and "--no-double" in help_text and "--no-per" in help_text
+
+
+def test_defaults_are_the_full_scale_breakout_run():
+    c = parse_args([])
+    assert c.env_id == "BreakoutNoFrameskip-v4"
+    assert c.num_envs == 8 and c.total_steps == 10_000_000
+    assert c.double and c.dueling and c.per
+
+
+def test_cli_overrides_and_ablations():
+    c = parse_args(["--total-steps", "5000", "--learning-starts", "1000", "--no-dueling", "--no-per", "--n-step", "1", "--gamma=0.9"])
+    assert (c.total_steps, c.dueling, c.per, c.n_step, c.gamma) == (5000, False, False, 1, 0.9)
+
+
+def test_preset_sets_defaults_but_explicit_options_win():
+    c = parse_args(["--preset", "catch", "--batch-size", "64"])
+    assert c.env_id == PRESETS["catch"]["env_id"]
+    assert c.learning_rate == PRESETS["catch"]["learning_rate"]
+    assert c.batch_size == 64
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--num-envs", "0"], "--num-envs 0 must be a positive integer"),
+        (["--batch-size", "512", "--buffer-size", "256"], "--batch-size 512 is larger than --buffer-size 256"),
+        (["--learning-starts", "10"], "--learning-starts 10 is below --batch-size 32"),
+        (["--total-steps", "100", "--learning-starts", "1000"], "--learning-starts 1000 is above --total-steps 100"),
+        (["--gamma", "1.5"], "--gamma 1.5 must be in [0, 1]"),
+        (["--preset", "nope"], "--preset 'nope' is unknown"),
+    ],
+)
+def test_bad_values_exit_2_with_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_args(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_train_script_help_lists_units_and_defaults():
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "train.py"), "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "--total-steps" in out and "(default: 10000000)" in out
+    assert "frames" in out and "agent steps" in out
+
+
+def test_torch_threads_rule():
+    assert default_torch_threads(8, cpu_count=2) == 1
+    assert default_torch_threads(4, cpu_count=16) == 12
+
+
+def test_piecewise_linear():
+    s = PiecewiseLinear([(0, 1.0), (100, 0.1), (200, 0.0)])
+    assert s(-5) == 1.0 and s(0) == 1.0 and s(200) == 0.0 and s(10**9) == 0.0
+    assert s(50) == pytest.approx(0.55) and s(150) == pytest.approx(0.05)
+    assert PiecewiseLinear([(3, 2.5)])(0) == 2.5
+    with pytest.raises(ValueError, match="increase strictly"):
+        PiecewiseLinear([(0, 1.0), (0, 2.0)])
+    with pytest.raises(ValueError, match="at least one"):
+        PiecewiseLinear([])

@@ -1,0 +1,38 @@
+"""The data flow of DESIGN.md is one-directional: each module imports only what it may."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "vecdqn"
+
+# module -> top-level packages / vecdqn modules it must not import
+FORBIDDEN = {
+    "config": {"torch", "numpy", "gymnasium", "ale_py", "cv2", "vecdqn"},
+    "schedules": {"torch", "numpy", "gymnasium", "vecdqn"},
+    "replay": {"torch", "gymnasium", "ale_py", "cv2", "vecdqn.agent", "vecdqn.model", "vecdqn.trainer"},
+    "wrappers": {"torch", "vecdqn.agent", "vecdqn.model", "vecdqn.replay", "vecdqn.trainer", "vecdqn.metrics"},
+    "vector": {"torch", "vecdqn.agent", "vecdqn.model", "vecdqn.replay", "vecdqn.trainer", "vecdqn.metrics"},
+    "model": {"gymnasium", "ale_py", "cv2", "vecdqn.replay", "vecdqn.wrappers", "vecdqn.trainer"},
+    "agent": {"gymnasium", "ale_py", "cv2", "vecdqn.replay", "vecdqn.wrappers", "vecdqn.vector", "vecdqn.trainer"},
+    "metrics": {"gymnasium", "ale_py", "vecdqn.agent", "vecdqn.replay", "vecdqn.trainer"},
+}
+
+
+def _imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+@pytest.mark.parametrize("module", sorted(FORBIDDEN))
+def test_module_imports_respect_the_layering(module):
+    imported = _imports(PACKAGE / f"{module}.py")
+    bad = {name for name in imported for f in FORBIDDEN[module] if name == f or name.startswith(f + ".")}
+    assert not bad, f"vecdqn/{module}.py imports {sorted(bad)}"

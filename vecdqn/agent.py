@@ -1,0 +1,235 @@
+"""The learner: epsilon-greedy action selection, double-DQN targets, the loss, one update.
+
+Shape legend: ``N`` envs, ``B`` batch, ``S`` stacked frames, ``A`` actions, ``H×W`` frame.
+The math lives in pure functions (`double_dqn_target`, `td_loss`) testable with
+hand-computed numbers; `DQNAgent` owns the networks, the optimizer and the device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vecdqn.model import QNetwork
+
+
+def double_dqn_target(
+    rewards: torch.Tensor,
+    discounts: torch.Tensor,
+    next_q_online: torch.Tensor,
+    next_q_target: torch.Tensor,
+    double: bool = True,
+) -> torch.Tensor:
+    """TD target ``y = R + discount · Q_target(s', a*)``.
+
+    Double DQN (van Hasselt et al. 2016, eq. 4) picks ``a* = argmax_a Q_online(s', a)`` and
+    evaluates it with the target network; ``double=False`` gives the Nature target
+    ``max_a Q_target(s', a)`` (Mnih et al. 2015, eq. 2 / Algorithm 1).
+
+    Args:
+        rewards: ``(B,) float32`` (n-step) returns ``R = Σ_{k<n} γ^k r_{t+k}``.
+        discounts: ``(B,) float32`` bootstrap discounts ``γ^n (1 − terminated)``; a
+            truncation does not zero it (the target bootstraps through a time limit).
+        next_q_online: ``(B, A) float32`` online-network Q-values of the next observation.
+        next_q_target: ``(B, A) float32`` target-network Q-values of the next observation.
+
+    Returns:
+        ``(B,) float32`` targets (no gradient flows through them when the inputs carry none).
+    """
+    if double:
+        best = next_q_online.argmax(dim=1, keepdim=True)
+        next_value = next_q_target.gather(1, best).squeeze(1)
+    else:
+        next_value = next_q_target.max(dim=1).values
+    return rewards + discounts * next_value
+
+
+def td_loss(
+    q_taken: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Importance-weighted Huber loss and the TD errors.
+
+    ``loss = mean_i w_i · huber(y_i − Q(s_i, a_i))`` with the Huber threshold 1 (the error
+    clipping of Mnih et al. 2015, Methods) and the importance-sampling weights ``w_i`` of
+    Schaul et al. 2016 (Algorithm 1, line 12).
+
+    Args:
+        q_taken: ``(B,) float32`` ``Q_online(s, a)`` of the actions taken.
+        targets: ``(B,) float32`` TD targets (treated as constants).
+        weights: ``(B,) float32`` importance-sampling weights (ones for uniform replay).
+
+    Returns:
+        ``(loss () float32, td_errors (B,) float32)`` with ``td_error = y − Q(s, a)``.
+    """
+    targets = targets.detach()
+    td_errors = targets - q_taken
+    per_sample = F.huber_loss(q_taken, targets, reduction="none", delta=1.0)
+    return (weights * per_sample).mean(), td_errors.detach()
+
+
+def select_device(name: str = "auto") -> torch.device:
+    """``cuda`` when available for ``"auto"``, else ``cpu``; any other name is used as given.
+
+    Raises:
+        ValueError: if a CUDA device is named but CUDA is not available.
+    """
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {name} was asked for but CUDA is not available; use --device cpu or auto")
+    return device
+
+
+class DQNAgent:
+    """Online and target Q-networks, Adam, and one double-DQN update.
+
+    Args:
+        n_actions: ``A``.
+        obs_shape: ``(S, H, W)`` of one observation.
+        device: where the networks live; observations move there as ``uint8``.
+        learning_rate, adam_eps: Adam's settings.
+        max_grad_norm: global gradient-norm clip (0 disables).
+        double: double-DQN target; dueling, hidden_size: network shape (see `QNetwork`).
+        seed: seeds the exploration generator (network init uses torch's global generator,
+            seeded by the trainer).
+        compile: wrap the online network in ``torch.compile``.
+    """
+
+    def __init__(
+        self,
+        n_actions: int,
+        obs_shape: tuple[int, int, int],
+        device: torch.device,
+        *,
+        learning_rate: float = 6.25e-5,
+        adam_eps: float = 1.5e-4,
+        max_grad_norm: float = 10.0,
+        double: bool = True,
+        dueling: bool = True,
+        hidden_size: int = 512,
+        seed: int | None = None,
+        compile: bool = False,
+    ):
+        self.n_actions = n_actions
+        self.obs_shape = tuple(obs_shape)
+        self.device = device
+        self.double = double
+        self.max_grad_norm = max_grad_norm
+        net_kwargs = dict(in_channels=obs_shape[0], screen_size=obs_shape[1], dueling=dueling,
+                          hidden_size=hidden_size)
+        self.online = QNetwork(n_actions, **net_kwargs).to(device)
+        self.target = QNetwork(n_actions, **net_kwargs).to(device)
+        self.target.load_state_dict(self.online.state_dict())
+        self.target.requires_grad_(False)
+        self.optimizer = torch.optim.Adam(self.online.parameters(), lr=learning_rate, eps=adam_eps)
+        self.forward = torch.compile(self.online) if compile else self.online
+        self.rng = np.random.default_rng(seed)
+        self.updates = 0
+        self._pin = device.type == "cuda"
+
+    # -- data movement -------------------------------------------------------------------------
+    def to_device(self, array: np.ndarray) -> torch.Tensor:
+        """A NumPy array as a tensor on the learner's device, dtype unchanged (``uint8`` frames
+        stay ``uint8`` until the network scales them). Pinned and asynchronous on CUDA."""
+        tensor = torch.from_numpy(np.ascontiguousarray(array))
+        if self._pin:
+            return tensor.pin_memory().to(self.device, non_blocking=True)
+        return tensor.to(self.device)
+
+    # -- acting ----------------------------------------------------------------------------------
+    def act(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
+        """Epsilon-greedy actions for all envs from one forward pass.
+
+        Args:
+            obs: ``(N, S, H, W) uint8`` observations.
+            epsilon: probability of a uniformly random action, per env.
+
+        Returns:
+            ``(N,) int64`` actions.
+        """
+        n = obs.shape[0]
+        explore = self.rng.random(n) < epsilon
+        actions = self.rng.integers(self.n_actions, size=n)
+        if not explore.all():
+            with torch.no_grad():
+                greedy = self.forward(self.to_device(obs)).argmax(dim=1).cpu().numpy()
+            actions = np.where(explore, actions, greedy)
+        return actions.astype(np.int64)
+
+    # -- learning --------------------------------------------------------------------------------
+    def update(self, batch: Any) -> tuple[dict[str, float], np.ndarray]:
+        """One gradient step on a replay batch.
+
+        Args:
+            batch: a replay sample with NumPy fields ``obs (B, S, H, W) uint8``,
+                ``actions (B,) int``, ``rewards (B,) float32`` (n-step returns, already clipped
+                if clipping is on), ``next_obs (B, S, H, W) uint8``, ``discounts (B,) float32``
+                and ``weights (B,) float32``.
+
+        Returns:
+            ``(metrics, td_errors)``: ``{"td_loss", "q_values", "grad_norm"}`` as floats and the
+            ``(B,) float32`` TD errors on the host (for the priorities). One device→host copy.
+        """
+        obs = self.to_device(batch.obs)
+        next_obs = self.to_device(batch.next_obs)
+        assert obs.shape[1:] == self.obs_shape and obs.dtype == torch.uint8, (obs.shape, obs.dtype)
+        assert next_obs.shape == obs.shape, (next_obs.shape, obs.shape)
+        actions = self.to_device(np.asarray(batch.actions, dtype=np.int64))
+        rewards = self.to_device(np.asarray(batch.rewards, dtype=np.float32))
+        discounts = self.to_device(np.asarray(batch.discounts, dtype=np.float32))
+        weights = self.to_device(np.asarray(batch.weights, dtype=np.float32))
+        b = obs.shape[0]
+        assert actions.shape == rewards.shape == discounts.shape == weights.shape == (b,)
+
+        with torch.no_grad():
+            next_q_target = self.target(next_obs)
+            next_q_online = self.forward(next_obs) if self.double else next_q_target
+            targets = double_dqn_target(rewards, discounts, next_q_online, next_q_target, self.double)
+        q = self.forward(obs)
+        q_taken = q.gather(1, actions.unsqueeze(1)).squeeze(1)
+        loss, td_errors = td_loss(q_taken, targets, weights)
+
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.max_grad_norm > 0:
+            grad_norm = nn.utils.clip_grad_norm_(self.online.parameters(), self.max_grad_norm)
+        else:
+            grad_norm = torch.zeros((), device=self.device)
+        self.optimizer.step()
+        self.updates += 1
+
+        # One transfer for everything the host needs: TD errors, loss, mean Q, gradient norm.
+        packed = torch.cat([td_errors, torch.stack([loss.detach(), q_taken.detach().mean(),
+                                                    grad_norm.detach().float()])]).cpu().numpy()
+        metrics = {"td_loss": float(packed[b]), "q_values": float(packed[b + 1]),
+                   "grad_norm": float(packed[b + 2])}
+        return metrics, packed[:b]
+
+    def sync_target(self) -> None:
+        """Hard target update: copy the online weights into the target network."""
+        self.target.load_state_dict(self.online.state_dict())
+
+    def set_learning_rate(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "online": self.online.state_dict(),
+            "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "updates": self.updates,
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.online.load_state_dict(state["online"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = int(state["updates"])
+        self.rng.bit_generator.state = state["rng"]

@@ -1,0 +1,110 @@
+"""TensorBoard logging, episode statistics and the progress bar: the one place metrics are written.
+
+Tags (DESIGN.md): ``charts/episodic_return`` and ``charts/episodic_length`` (whole games, raw
+score, length in emulator frames), ``charts/epsilon``, ``charts/beta``, ``charts/learning_rate``,
+``charts/SPS`` (agent steps per second), ``losses/td_loss``, ``losses/q_values``,
+``replay/size``, ``replay/priority_max``. Every scalar's global step is the agent step.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from torch.utils.tensorboard import SummaryWriter
+from torch.utils.tensorboard.summary import hparams
+from tqdm import tqdm
+
+
+class MetricsLogger:
+    """Writes scalars to TensorBoard and shows a tqdm bar (agent steps, steps/s, ETA, return).
+
+    Args:
+        run_dir: the run's folder; event files go directly into it.
+        config: the run's resolved configuration, written once as text and as hparams.
+        total_steps: length of the run in agent steps (the bar's total).
+        initial_step: agent step the run starts at (non-zero on resume).
+        window: number of recent games the bar's and `mean_return`'s mean is taken over.
+        progress: show the progress bar.
+        episode_history: recent (return, length) pairs to restore on resume.
+    """
+
+    def __init__(
+        self,
+        run_dir: str,
+        config: Mapping[str, Any],
+        total_steps: int,
+        *,
+        initial_step: int = 0,
+        window: int = 100,
+        progress: bool = True,
+        episode_history: list[tuple[float, float]] | None = None,
+    ):
+        self.writer = SummaryWriter(run_dir)
+        self.returns: collections.deque[float] = collections.deque(maxlen=window)
+        self.lengths: collections.deque[float] = collections.deque(maxlen=window)
+        for r, length in episode_history or []:
+            self.returns.append(float(r))
+            self.lengths.append(float(length))
+        self.episodes = 0
+        if initial_step == 0:
+            self._write_config(config)
+        self.bar = tqdm(total=total_steps, initial=initial_step, unit="step", dynamic_ncols=True,
+                        disable=not progress, smoothing=0.05)
+        self._last_time = time.perf_counter()
+        self._last_step = initial_step
+        self._step = initial_step
+
+    def _write_config(self, config: Mapping[str, Any]) -> None:
+        table = "|option|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in config.items())
+        self.writer.add_text("config", table, 0)
+        self.writer.add_text("config_json", "```\n" + json.dumps(dict(config), indent=2) + "\n```", 0)
+        clean = {k: v for k, v in config.items() if isinstance(v, (bool, int, float, str))}
+        for summary in hparams(clean, {"charts/episodic_return": 0.0}):
+            self.writer.file_writer.add_summary(summary)
+
+    def episode(self, step: int, episodic_return: float, length: float) -> None:
+        """Record one finished game: raw return and length in emulator frames."""
+        self.returns.append(float(episodic_return))
+        self.lengths.append(float(length))
+        self.episodes += 1
+        self.writer.add_scalar("charts/episodic_return", episodic_return, step)
+        self.writer.add_scalar("charts/episodic_length", length, step)
+
+    @property
+    def mean_return(self) -> float:
+        """Mean raw return of the last ``window`` games (NaN before the first)."""
+        return float(np.mean(self.returns)) if self.returns else float("nan")
+
+    def scalars(self, step: int, values: Mapping[str, float]) -> None:
+        """Write ``{tag: value}`` at agent step ``step``."""
+        for tag, value in values.items():
+            self.writer.add_scalar(tag, value, step)
+
+    def sps(self, step: int) -> float:
+        """Agent steps per second since the previous call; writes ``charts/SPS``."""
+        now = time.perf_counter()
+        rate = (step - self._last_step) / max(now - self._last_time, 1e-9)
+        self._last_time, self._last_step = now, step
+        self.writer.add_scalar("charts/SPS", rate, step)
+        return rate
+
+    def progress(self, step: int) -> None:
+        """Advance the bar to ``step``; its postfix shows the recent mean return."""
+        self.bar.update(step - self._step)
+        self._step = step
+        if self.returns:
+            self.bar.set_postfix(ret=f"{self.mean_return:.2f}", games=self.episodes, refresh=False)
+
+    def write(self, message: str) -> None:
+        """Print a line without breaking the bar."""
+        tqdm.write(message)
+
+    def close(self) -> None:
+        self.bar.close()
+        self.writer.flush()
+        self.writer.close()
