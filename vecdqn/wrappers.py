@@ -30,8 +30,10 @@ GrayscaleResize and FrameStack.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import math
+import pickle
 from typing import Any, SupportsFloat
 
 import ale_py
@@ -47,8 +49,10 @@ __all__ = [
     "GrayscaleResize",
     "MaxAndSkip",
     "NoopReset",
+    "get_env_state",
     "make_atari_env",
     "make_env",
+    "set_env_state",
 ]
 
 # The ALE's own entry point; envs registered with it get the Atari-only wrappers.
@@ -350,6 +354,19 @@ class FrameStack(gym.Wrapper):
             dtype=space.dtype,
         )
 
+    @property
+    def snapshot(self) -> bytes:
+        """The whole env's state (emulator, RNGs, every wrapper), see `get_env_state`.
+
+        A property so that ``AsyncVectorEnv.get_attr("snapshot")`` / ``set_attr("snapshot",
+        states)`` save and restore every worker's env, one state per env.
+        """
+        return get_env_state(self)
+
+    @snapshot.setter
+    def snapshot(self, state: bytes) -> None:
+        set_env_state(self, state)
+
     def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._stack[:-1] = self._stack[1:]  # numpy buffers overlapping copies
@@ -362,6 +379,63 @@ class FrameStack(gym.Wrapper):
         obs, info = self.env.reset(seed=seed, options=options)
         self._stack[:] = obs
         return self._stack.copy(), info
+
+
+# Wrapper attributes that are structure, not state: never saved or overwritten by a snapshot.
+_STRUCTURE = frozenset({"env", "_action_space", "_observation_space", "_metadata", "_cached_spec", "_reward_range"})
+
+
+def get_env_state(env: gym.Env) -> bytes:
+    """Everything needed to continue ``env`` later exactly where it is, as one opaque blob.
+
+    Walks the wrapper chain: each wrapper's own attributes (frame stack, lives, episode
+    statistics, ...) and the base env's state. For ALE games that is the emulator's
+    ``cloneState(include_rng=True)`` (screen, RAM, frame counters, sticky-action RNG) and the
+    env's ``np_random`` (no-op draws); other envs are saved through their attributes, which must
+    pickle. Used for exact resume of a training run.
+    """
+    layers = []
+    layer = env
+    while isinstance(layer, gym.Wrapper):
+        layers.append({k: v for k, v in vars(layer).items() if k not in _STRUCTURE})
+        layer = layer.env
+    base = layer
+    ale = getattr(base, "ale", None)
+    if isinstance(ale, ale_py.ALEInterface):
+        base_state: dict[str, Any] = {
+            "ale": ale.cloneState(include_rng=True),
+            "np_random": base.np_random.bit_generator.state,
+        }
+    else:
+        base_state = {"vars": {k: v for k, v in vars(base).items() if k not in _STRUCTURE}}
+    return pickle.dumps({"layers": layers, "base": base_state}, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def set_env_state(env: gym.Env, state: bytes) -> None:
+    """Restore a state from `get_env_state` into an env built with the same options.
+
+    Raises:
+        ValueError: the state was taken from an env with a different wrapper chain.
+    """
+    saved = pickle.loads(state)
+    layers = []
+    layer = env
+    while isinstance(layer, gym.Wrapper):
+        layers.append(layer)
+        layer = layer.env
+    if len(layers) != len(saved["layers"]):
+        raise ValueError(
+            f"env state has {len(saved['layers'])} wrappers but this env has {len(layers)}; "
+            "restore into an env made with the same options"
+        )
+    for wrapper, values in zip(layers, saved["layers"]):
+        wrapper.__dict__.update(copy.deepcopy(values))
+    base = layer
+    if "ale" in saved["base"]:
+        base.ale.restoreState(saved["base"]["ale"])
+        base.np_random.bit_generator.state = saved["base"]["np_random"]
+    else:
+        base.__dict__.update(copy.deepcopy(saved["base"]["vars"]))
 
 
 def _action_meanings(env: gym.Env) -> list[str] | None:
