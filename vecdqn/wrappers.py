@@ -34,6 +34,7 @@ import copy
 import difflib
 import math
 import pickle
+from collections.abc import Callable
 from typing import Any, SupportsFloat
 
 import ale_py
@@ -511,6 +512,7 @@ def make_env(
     fire_reset: bool = True,
     repeat_action_probability: float = 0.0,
     max_episode_frames: int | None = 108_000,
+    base_wrapper: Callable[[gym.Env], gym.Env] | None = None,
 ) -> gym.Env:
     """Make one preprocessed env: observations ``(frame_stack, screen_size, screen_size) uint8``.
 
@@ -532,6 +534,10 @@ def make_env(
             recommend 0.25; 0.0 is the deterministic emulator of Mnih et al. 2015).
         max_episode_frames: frames per *game* before truncation (108,000 = 27,000 agent steps
             at ``frame_skip=4`` = 30 minutes); None: no cap.
+        base_wrapper: if given, applied directly around the base env (``gym.make``'s result),
+            under RecordEpisodeStatistics: the wrapper it returns sees every raw frame (one
+            ``step`` per frame, no-ops and FIRE included). Evaluation uses it to record the real
+            game in colour. It must not change spaces, rewards or episode ends.
 
     Returns:
         the wrapped env; ``info["episode"]`` (``"r"`` raw return, ``"l"`` length in frames
@@ -560,6 +566,8 @@ def make_env(
             # The ALE reads 0 as "no cap"; ALE/*-v5 ids would otherwise default to 108,000.
             max_num_frames_per_episode=0 if max_episode_frames is None else int(max_episode_frames),
         )
+        if base_wrapper is not None:
+            env = base_wrapper(env)
         # Under the life-loss wrapper, and under the skip so its length counts frames.
         env = gym.wrappers.RecordEpisodeStatistics(env)
         if noop_max > 0:
@@ -571,6 +579,8 @@ def make_env(
             env = FireReset(env)
     else:
         env = gym.make(env_id)
+        if base_wrapper is not None:
+            env = base_wrapper(env)
         env = gym.wrappers.RecordEpisodeStatistics(env)
     env = GrayscaleResize(env, screen_size=screen_size)
     env = FrameStack(env, num_stack=frame_stack)

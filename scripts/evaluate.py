@@ -1,0 +1,230 @@
+#!/usr/bin/env python
+"""Evaluate a trained agent the way papers report it and print its scores.
+
+Plays whole games (no life-loss episodes, raw rewards) with no-op starts and a small epsilon, and
+prints the raw game scores and the human-normalized score ``(score − random) / (human − random)``
+of the 57-game Atari table (see ``vecdqn/evaluation.py`` for the protocol and the sources)::
+
+    python scripts/evaluate.py runs/BreakoutNoFrameskip-v4__1__1700000000 --episodes 30 \\
+        --video best.mp4 --json scores.json
+
+The checkpoint brings the env id and the preprocessing of its training run. A run folder means
+its ``checkpoints/latest.pt`` if present, else ``checkpoints/final.pt``.
+
+Exit codes: 0 done; 2 bad input (one line on stderr); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+# Run from a source checkout without installing: make the package importable.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import gymnasium as gym  # noqa: E402
+
+from vecdqn.agent import select_device  # noqa: E402
+from vecdqn.checkpoint import CheckpointError  # noqa: E402
+from vecdqn.evaluation import (  # noqa: E402
+    HUMAN_RANDOM_SCORES,
+    EvalResult,
+    Policy,
+    evaluate,
+    read_policy,
+)
+
+PROG = "evaluate.py"
+
+
+class UsageError(Exception):
+    """Bad command-line input: reported as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # argparse prints the usage block too; one line is what this script promises.
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="Evaluate a vecdqn checkpoint on whole games; print raw and human-normalized "
+        "scores.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "checkpoint",
+        metavar="RUN_DIR_OR_CHECKPOINT",
+        help="a run folder (uses checkpoints/latest.pt, else final.pt) or a .pt file",
+    )
+    parser.add_argument("--episodes", type=int, default=30, help="whole games to play")
+    parser.add_argument(
+        "--epsilon", type=float, default=0.001, help="probability of a random action per agent step"
+    )
+    parser.add_argument(
+        "--noop-max",
+        type=int,
+        default=30,
+        help="at most this many no-op frames at the start of each game (0: none)",
+    )
+    parser.add_argument(
+        "--max-episode-frames",
+        type=int,
+        default=108_000,
+        help="cap per game, in emulator frames (108000 = 30 minutes)",
+    )
+    parser.add_argument(
+        "--video",
+        metavar="PATH.mp4",
+        default=None,
+        help="write the best game, every raw frame in colour at 60 fps, to this mp4",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of the env and the random actions (default: the run's seed)",
+    )
+    parser.add_argument(
+        "--fire-on-life-loss",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="press FIRE for the agent after each lost life (default: as in training, i.e. when "
+        "the run used both --fire-reset and --episodic-life); --no-fire-on-life-loss: the agent "
+        "serves by itself, as in the papers",
+    )
+    parser.add_argument(
+        "--json", metavar="PATH", default=None, help="also write the numbers to this JSON file"
+    )
+    parser.add_argument(
+        "--device", default="auto", help="torch device: auto (cuda when available), cpu, cuda"
+    )
+    return parser
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if args.episodes < 1:
+        raise UsageError(f"--episodes {args.episodes} must be at least 1")
+    if not (0.0 <= args.epsilon <= 1.0):
+        raise UsageError(f"--epsilon {args.epsilon} must be in [0, 1]")
+    if args.noop_max < 0:
+        raise UsageError(f"--noop-max {args.noop_max} must be >= 0 (0: no no-op starts)")
+    if args.max_episode_frames < 1:
+        raise UsageError(
+            f"--max-episode-frames {args.max_episode_frames} must be a positive number of frames"
+        )
+    if args.video is not None:
+        video = Path(args.video)
+        if video.suffix.lower() != ".mp4":
+            raise UsageError(
+                f"--video {args.video} must end in .mp4 (the mp4v codec needs an mp4 container)"
+            )
+        if not video.parent.is_dir():
+            raise UsageError(
+                f"--video {args.video}: folder {video.parent} does not exist; create it first"
+            )
+    if args.json is not None and not Path(args.json).parent.is_dir():
+        raise UsageError(
+            f"--json {args.json}: folder {Path(args.json).parent} does not exist; create it first"
+        )
+
+
+def format_table(result: EvalResult, policy: Policy) -> str:
+    """The printed report: one ``name  value`` line per field."""
+    s = result.stats
+    step = f" (agent step {policy.step})" if policy.step is not None else ""
+    game = result.game
+    if result.length_unit != "frames":
+        noops = "no no-op starts (not an ALE game)"
+    elif result.noop_max:
+        noops = f"1..{result.noop_max} no-op frames"
+    else:
+        noops = "no no-op starts"
+    rows = [
+        ("checkpoint", f"{policy.path}{step}"),
+        ("env", f"{result.env_id}" + (f" (game {game})" if game else "")),
+        (
+            "protocol",
+            f"whole games, epsilon {result.epsilon:g}, {noops}, "
+            + ("FIRE after each lost life, " if result.fire_on_life_loss else "")
+            + f"cap {result.max_episode_frames} {result.length_unit}, seed {result.seed}",
+        ),
+        ("episodes", f"{s['episodes']}"),
+        ("mean ± std", f"{s['mean']:.2f} ± {s['std']:.2f}"),
+        ("median", f"{s['median']:.2f}"),
+        ("min", f"{s['min']:.2f}"),
+        ("max", f"{s['max']:.2f}"),
+        ("mean length", f"{s['mean_length']:.1f} {result.length_unit}"),
+        ("truncated", f"{int(result.truncated.sum())} of {s['episodes']} games hit the frame cap"),
+    ]
+    if game is not None:
+        random_score, human_score = HUMAN_RANDOM_SCORES[game]
+        rows.append(
+            (
+                "human-normalized",
+                f"{result.hns:.4f} (of the mean score; random {random_score:g}, "
+                f"human {human_score:g}; Badia et al. 2020, Agent57)",
+            )
+        )
+    else:
+        rows.append(
+            ("human-normalized", f"n/a: no random/human reference score exists for {result.env_id}")
+        )
+    rows.append(("scores", " ".join(f"{x:g}" for x in result.returns)))
+    if result.video_path is not None:
+        rows.append(
+            (
+                "video",
+                f"{result.video_path} (episode {result.best_episode + 1}, "
+                f"score {result.returns[result.best_episode]:g})",
+            )
+        )
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        _check_args(args)
+        device = select_device(args.device)
+        policy = read_policy(args.checkpoint, device)
+        seed = policy.config.seed if args.seed is None else args.seed
+        result = evaluate(
+            policy.network,
+            policy.config,
+            episodes=args.episodes,
+            epsilon=args.epsilon,
+            seed=seed,
+            device=device,
+            noop_max=args.noop_max,
+            max_episode_frames=args.max_episode_frames,
+            video_path=args.video,
+            fire_on_life_loss=args.fire_on_life_loss,
+        )
+        print(format_table(result, policy))
+        if args.json is not None:
+            record = {
+                "checkpoint": str(policy.path),
+                "checkpoint_step": policy.step,
+                **result.to_dict(),
+            }
+            Path(args.json).write_text(json.dumps(record, indent=2, allow_nan=False) + "\n")
+    except (UsageError, CheckpointError, ValueError, OSError, gym.error.Error) as err:
+        # Bad input: one line, no traceback. A message may span lines (torch's); keep the first.
+        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

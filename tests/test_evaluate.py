@@ -1,0 +1,364 @@
+"""Evaluation: the score table, the CLI end to end on a real ROM, the video, and bad inputs."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from vecdqn import checkpoint
+from vecdqn.config import Config
+from vecdqn.evaluation import (
+    HUMAN_RANDOM_SCORES,
+    evaluate,
+    game_name,
+    human_normalized_score,
+    load_policy,
+    video_for_tensorboard,
+    write_video,
+)
+from vecdqn.model import QNetwork
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "evaluate.py"
+
+# The 57 games of the Atari benchmark, as ALE ROM names.
+ATARI_57 = """alien amidar assault asterix asteroids atlantis bank_heist battle_zone beam_rider
+berzerk bowling boxing breakout centipede chopper_command crazy_climber defender demon_attack
+double_dunk
+enduro fishing_derby freeway frostbite gopher gravitar hero ice_hockey jamesbond kangaroo krull
+kung_fu_master montezuma_revenge ms_pacman name_this_game phoenix pitfall pong private_eye qbert
+riverraid road_runner robotank seaquest skiing solaris space_invaders star_gunner surround tennis
+time_pilot tutankham up_n_down venture video_pinball wizard_of_wor yars_revenge zaxxon""".split()
+
+
+def _save_fresh_checkpoint(path: Path, env_id: str, n_actions: int, **config: object) -> Path:
+    """A freshly initialised network in Trainer.save_checkpoint's format."""
+    cfg = Config(env_id=env_id, **config)
+    torch.manual_seed(0)
+    net = QNetwork(n_actions, dueling=cfg.dueling, hidden_size=cfg.hidden_size)
+    state = {
+        "format": "vecdqn-checkpoint-1",
+        "config": cfg.to_dict(),
+        "step": 1234,
+        "updates": 0,
+        "agent": {"online": net.state_dict()},
+        "n_actions": n_actions,
+        "obs_shape": (4, 84, 84),
+    }
+    return checkpoint.save_atomic(state, path)
+
+
+def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+
+
+def _table(stdout: str) -> dict[str, str]:
+    """The printed ``name  value`` lines as a dict."""
+    rows = {}
+    for line in stdout.splitlines():
+        name, _, value = re.split(r"(\s{2,})", line.strip(), maxsplit=1)
+        rows[name] = value
+    return rows
+
+
+# -- the reference table ---------------------------------------------------------------------------
+
+
+def test_table_has_exactly_the_57_games():
+    assert len(ATARI_57) == 57
+    assert sorted(HUMAN_RANDOM_SCORES) == sorted(ATARI_57)
+
+
+@pytest.mark.parametrize("game", sorted(HUMAN_RANDOM_SCORES))
+def test_random_score_normalizes_to_0_and_human_score_to_1(game):
+    random_score, human_score = HUMAN_RANDOM_SCORES[game]
+    assert human_score > random_score
+    assert human_normalized_score(game, random_score) == pytest.approx(0.0, abs=1e-12)
+    assert human_normalized_score(game, human_score) == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("env_id", "game"),
+    [
+        ("BreakoutNoFrameskip-v4", "breakout"),
+        ("ALE/Breakout-v5", "breakout"),
+        ("Breakout-v4", "breakout"),
+        ("BreakoutDeterministic-v4", "breakout"),
+        ("Breakout-ramNoFrameskip-v4", "breakout"),
+        ("ALE/Breakout-ram-v5", "breakout"),
+        ("ALE/MontezumaRevenge-v5", "montezuma_revenge"),
+        ("MsPacmanNoFrameskip-v4", "ms_pacman"),
+        ("UpNDownNoFrameskip-v4", "up_n_down"),
+        ("ALE/KungFuMaster-v5", "kung_fu_master"),
+        ("JamesbondNoFrameskip-v4", "jamesbond"),
+        ("ALE/Qbert-v5", "qbert"),
+        ("Pong", "pong"),
+        ("video_pinball", "video_pinball"),
+        ("vecdqn/Catch-v0", None),
+        ("ALE/Tetris-v5", None),  # an ALE game outside the 57
+        ("CartPole-v1", None),
+    ],
+)
+def test_game_name_maps_env_ids(env_id, game):
+    assert game_name(env_id) == game
+
+
+def test_every_game_is_an_ale_rom_and_found_from_its_registered_ids():
+    import ale_py
+    import gymnasium as gym
+
+    gym.register_envs(ale_py)
+    assert set(HUMAN_RANDOM_SCORES) <= set(ale_py.roms.get_all_rom_ids())
+    for game in ATARI_57:
+        camel = "".join(part.capitalize() for part in game.split("_"))  # "UpNDown", "MsPacman"
+        assert f"ALE/{camel}-v5" in gym.registry, camel
+        assert game_name(f"ALE/{camel}-v5") == game
+        if f"{camel}NoFrameskip-v4" in gym.registry:  # Surround has no v4 id
+            assert game_name(f"{camel}NoFrameskip-v4") == game
+    assert human_normalized_score("vecdqn/Catch-v0", 1.0) is None
+
+
+def test_evaluation_imports_no_trainer():
+    tree = ast.parse((ROOT / "vecdqn" / "evaluation.py").read_text())
+    imported = {
+        node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+    }
+    imported |= {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    assert not {name for name in imported if name.startswith("vecdqn.trainer")}
+
+
+# -- the command line on a real ROM ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def breakout_run(tmp_path_factory):
+    """scripts/evaluate.py on a fresh Breakout network: 2 games capped at 2000 frames."""
+    run_dir = tmp_path_factory.mktemp("run")
+    _save_fresh_checkpoint(run_dir / "checkpoints" / "final.pt", "BreakoutNoFrameskip-v4", 4)
+    video, report = run_dir / "best.mp4", run_dir / "scores.json"
+    proc = _run(
+        str(run_dir),
+        "--episodes",
+        "2",
+        "--max-episode-frames",
+        "2000",
+        "--seed",
+        "3",
+        "--video",
+        str(video),
+        "--json",
+        str(report),
+        "--device",
+        "cpu",
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc, json.loads(report.read_text()), video
+
+
+def test_cli_prints_every_field_and_the_json_holds_the_same_numbers(breakout_run):
+    proc, data, _ = breakout_run
+    rows = _table(proc.stdout)
+    for name in [
+        "checkpoint",
+        "env",
+        "episodes",
+        "mean ± std",
+        "median",
+        "min",
+        "max",
+        "human-normalized",
+        "scores",
+    ]:
+        assert name in rows, (name, proc.stdout)
+    assert rows["checkpoint"].endswith("final.pt (agent step 1234)")
+    assert "breakout" in rows["env"]
+    assert int(rows["episodes"]) == data["episodes"] == 2
+    mean, std = (float(x) for x in rows["mean ± std"].split(" ± "))
+    assert mean == pytest.approx(data["mean"], abs=0.005)
+    assert std == pytest.approx(data["std"], abs=0.005)
+    for name in ["median", "min", "max"]:
+        assert float(rows[name]) == pytest.approx(data[name], abs=0.005)
+    assert float(rows["human-normalized"].split()[0]) == pytest.approx(data["hns"], abs=5e-5)
+
+    # The JSON is self-consistent: statistics of its own per-game scores, HNS of their mean.
+    returns = np.array(data["returns"])
+    assert returns.shape == (2,)
+    assert data["mean"] == pytest.approx(returns.mean())
+    assert data["std"] == pytest.approx(returns.std())
+    assert data["median"] == pytest.approx(np.median(returns))
+    assert (data["min"], data["max"]) == (returns.min(), returns.max())
+    assert data["hns"] == pytest.approx((returns.mean() - 1.7) / (30.5 - 1.7))
+    assert (data["random_score"], data["human_score"]) == (1.7, 30.5)
+    # Whole games, capped in frames: a game ends no later than the cap.
+    assert all(0 < length <= 2000 for length in data["lengths"])
+    assert all(
+        t == (length == 2000) for t, length in zip(data["truncated"], data["lengths"], strict=True)
+    )
+    assert data["game"] == "breakout" and data["epsilon"] == 0.001 and data["seed"] == 3
+    # Trained with FIRE after each life loss, so evaluated with it (the brief's "as in training").
+    assert data["fire_on_life_loss"] is True
+
+
+def test_video_holds_every_raw_frame_of_the_best_game_at_native_size(breakout_run):
+    _, data, video = breakout_run
+    capture = cv2.VideoCapture(str(video))
+    try:
+        assert capture.isOpened()
+        assert capture.get(cv2.CAP_PROP_FPS) == pytest.approx(60.0)
+        frames = 0
+        while True:
+            ok, frame = capture.read()
+            if not ok:
+                break
+            assert frame.shape == (210, 160, 3)
+            frames += 1
+    finally:
+        capture.release()
+    # The reset screen, then one frame per emulator frame of the best game.
+    assert frames == data["lengths"][data["best_episode"]] + 1
+    assert not list(video.parent.glob(".*.tmp.mp4")), "temporary videos left behind"
+
+
+# -- bad inputs ------------------------------------------------------------------------------------
+
+
+def _assert_one_line_exit_2(proc: subprocess.CompletedProcess, *words: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def test_missing_checkpoint_exits_2_with_one_line(tmp_path):
+    _assert_one_line_exit_2(_run(str(tmp_path / "nope.pt")), "does not exist")
+    # A run folder without checkpoints.
+    _assert_one_line_exit_2(_run(str(tmp_path)), "latest.pt")
+
+
+def test_corrupt_checkpoint_exits_2_with_one_line(tmp_path):
+    good = _save_fresh_checkpoint(tmp_path / "good.pt", "BreakoutNoFrameskip-v4", 4)
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(good.read_bytes()[:500])  # truncated
+    _assert_one_line_exit_2(_run(str(bad)), "corrupt")
+
+
+@pytest.mark.parametrize(
+    ("args", "word"),
+    [
+        (["--episodes", "0"], "--episodes"),
+        (["--epsilon", "1.5"], "--epsilon"),
+        (["--max-episode-frames", "0"], "--max-episode-frames"),
+        (["--noop-max", "-1"], "--noop-max"),
+        (["--video", "best.avi"], ".mp4"),
+        (["--episodes", "many"], "--episodes"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(tmp_path, capsys, args, word):
+    # In-process (the subprocess tests above show no traceback escapes main). Loaded from its
+    # path: a plain "import evaluate" could find another package of that name.
+    spec = importlib.util.spec_from_file_location("vecdqn_evaluate_script", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    path = _save_fresh_checkpoint(tmp_path / "c.pt", "BreakoutNoFrameskip-v4", 4)
+    assert script.main([str(path), *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and word in err[0], err
+
+
+def test_network_that_does_not_fit_the_checkpoint_is_a_checkpoint_error(tmp_path):
+    path = _save_fresh_checkpoint(tmp_path / "c.pt", "BreakoutNoFrameskip-v4", 4)
+    state = torch.load(path, weights_only=False)
+    state["n_actions"] = 6  # the saved weights have 4 outputs
+    checkpoint.save_atomic(state, path)
+    with pytest.raises(checkpoint.CheckpointError, match="Q-network"):
+        load_policy(path)
+
+
+# -- the library on a non-ALE env ------------------------------------------------------------
+
+
+def test_catch_evaluates_records_rgb_frames_and_has_no_reference(tmp_path):
+    path = _save_fresh_checkpoint(
+        tmp_path / "checkpoints" / "latest.pt", "vecdqn/Catch-v0", 3, hidden_size=32
+    )
+    network, config = load_policy(tmp_path)  # a run folder: checkpoints/latest.pt
+    result = evaluate(
+        network,
+        config,
+        episodes=4,
+        epsilon=0.5,
+        seed=7,
+        device="cpu",
+        record=True,
+        video_path=tmp_path / "catch.mp4",
+    )
+    assert path.exists()
+    assert set(result.returns) <= {-1.0, 1.0}
+    assert list(result.lengths) == [9] * 4 and result.length_unit == "env steps"
+    assert not result.truncated.any()
+    assert result.hns is None and result.to_dict()["hns"] is None
+    # Best episode: the reset frame and one per step, RGB at the env's native size.
+    assert result.frames.shape == (10, 210, 160, 3) and result.frames.dtype == np.uint8
+    assert result.returns[result.best_episode] == result.returns.max()
+    capture = cv2.VideoCapture(str(tmp_path / "catch.mp4"))
+    assert capture.get(cv2.CAP_PROP_FRAME_COUNT) == 10
+    capture.release()
+    # Same seed, same games.
+    again = evaluate(network, config, episodes=4, epsilon=0.5, seed=7, device="cpu")
+    np.testing.assert_array_equal(again.returns, result.returns)
+    assert again.frames is None
+
+
+def test_video_helpers_shapes(tmp_path):
+    frames = np.random.default_rng(0).integers(0, 256, size=(1000, 210, 160, 3), dtype=np.uint8)
+    clip = video_for_tensorboard(frames, max_frames=300, scale=0.5)
+    assert clip.shape == (1, 250, 3, 105, 80) and clip.dtype == np.uint8  # every 4th frame
+    clip = video_for_tensorboard(frames[:50], max_frames=300, scale=0.5, stride=1)
+    assert clip.shape == (1, 50, 3, 105, 80)
+    # Channel order survives: a pure red frame stays red in (T, C, H, W).
+    red = np.zeros((1, 210, 160, 3), dtype=np.uint8)
+    red[..., 0] = 255
+    assert video_for_tensorboard(red)[0, 0, :, 50, 40].tolist() == [255, 0, 0]
+
+    path = write_video(tmp_path / "v.mp4", frames[:20])
+    capture = cv2.VideoCapture(str(path))
+    assert capture.get(cv2.CAP_PROP_FRAME_COUNT) == 20
+    assert (capture.get(cv2.CAP_PROP_FRAME_WIDTH), capture.get(cv2.CAP_PROP_FRAME_HEIGHT)) == (
+        160,
+        210,
+    )
+    capture.release()
+    with pytest.raises(ValueError):
+        write_video(tmp_path / "empty.mp4", [])
+
+
+def test_docstring_examples():
+    import doctest
+
+    import vecdqn.evaluation
+
+    failed, attempted = doctest.testmod(vecdqn.evaluation)
+    assert attempted >= 3 and failed == 0
