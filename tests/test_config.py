@@ -31,7 +31,8 @@ def test_defaults_are_the_full_scale_breakout_run():
 
 
 def test_cli_overrides_and_ablations():
-    c = parse_args(["--total-steps", "5000", "--learning-starts", "1000", "--no-dueling", "--no-per", "--n-step", "1", "--gamma=0.9"])
+    c = parse_args(["--total-steps", "5000", "--learning-starts", "1000", "--no-dueling", "--no-per",
+                    "--n-step", "1", "--gamma=0.9"])
     assert (c.total_steps, c.dueling, c.per, c.n_step, c.gamma) == (5000, False, False, 1, 0.9)
 
 

@@ -55,11 +55,12 @@ class Config:
     max_episode_frames: int = _f(108_000, "truncate a game after this many emulator frames (frames, not agent steps)")
 
     # --- replay -----------------------------------------------------------------------------
-    buffer_size: int = _f(1_000_000, "replay capacity, in transitions")
+    buffer_size: int = _f(1_000_000, "replay capacity, in frame slots: one per transition + one per episode")
     per: bool = _f(True, "prioritized replay (Schaul et al. 2016); --no-per samples uniformly")
     per_alpha: float = _f(0.5, "priority exponent alpha of prioritized replay")
     per_beta_start: float = _f(0.4, "importance-sampling exponent beta at the start of learning")
-    per_beta_end: float = _f(1.0, "importance-sampling exponent beta at the end of the run")
+    per_beta_end: float = _f(1.0, "importance-sampling exponent beta after --per-beta-steps")
+    per_beta_steps: int = _f(10_000_000, "agent steps after learning starts over which beta anneals linearly")
     per_eps: float = _f(1e-6, "added to |TD error| to form a priority")
     n_step: int = _f(3, "n of n-step returns (1: one-step TD)")
 
@@ -101,7 +102,7 @@ class Config:
         positive = [
             "total_steps", "num_envs", "buffer_size", "batch_size", "train_frequency",
             "target_update_frequency", "frame_skip", "frame_stack", "screen_size", "n_step",
-            "log_every", "max_episode_frames", "hidden_size", "eval_episodes",
+            "log_every", "max_episode_frames", "hidden_size", "eval_episodes", "per_beta_steps",
         ]
         for name in positive:
             value = getattr(self, name)
@@ -180,6 +181,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         epsilon_start=1.0,
         epsilon_end=0.01,
         epsilon_decay_steps=10_000,
+        per_beta_steps=30_000,
         hidden_size=128,
         log_every=1_000,
         checkpoint_every=0,
@@ -207,8 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
         if f.type in ("bool", bool):
             kwargs["action"] = argparse.BooleanOptionalAction
         else:
-            kwargs["type"] = {"int": int, "float": float, "str": str}[f.type if isinstance(f.type, str) else f.type.__name__]
-            kwargs["metavar"] = f.name.upper() if f.type in ("str", str) else f.type.upper()
+            type_name = f.type if isinstance(f.type, str) else f.type.__name__
+            kwargs["type"] = {"int": int, "float": float, "str": str}[type_name]
+            kwargs["metavar"] = type_name.upper()
         parser.add_argument(_flag(f.name), dest=f.name, **kwargs)
     return parser
 
@@ -221,7 +224,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
-    given = _explicit_options(parser, argv if argv is not None else sys.argv[1:])
+    given = explicit_options(parser, argv if argv is not None else sys.argv[1:])
     values = vars(args)
     if args.preset:
         if args.preset not in PRESETS:
@@ -237,7 +240,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
     return config
 
 
-def _explicit_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+def explicit_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
     """Names of the options that appear on the command line (so presets do not override them)."""
     flag_to_dest = {}
     for action in parser._actions:  # noqa: SLF001 - argparse has no public mapping

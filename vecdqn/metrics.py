@@ -9,12 +9,16 @@ score, length in emulator frames), ``charts/epsilon``, ``charts/beta``, ``charts
 from __future__ import annotations
 
 import collections
+import io
 import json
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from PIL import Image
+from tensorboard.compat.proto.summary_pb2 import Summary
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 from tqdm import tqdm
@@ -53,8 +57,11 @@ class MetricsLogger:
         self.episodes = 0
         if initial_step == 0:
             self._write_config(config)
+        # Redraw at most every 0.5 s on a terminal; in a log file (no TTY) every 30 s, so the
+        # file stays readable.
+        interactive = sys.stderr.isatty()
         self.bar = tqdm(total=total_steps, initial=initial_step, unit="step", dynamic_ncols=True,
-                        disable=not progress, smoothing=0.05)
+                        disable=not progress, smoothing=0.05, mininterval=0.5 if interactive else 30.0)
         self._last_time = time.perf_counter()
         self._last_step = initial_step
         self._step = initial_step
@@ -84,6 +91,25 @@ class MetricsLogger:
         """Write ``{tag: value}`` at agent step ``step``."""
         for tag, value in values.items():
             self.writer.add_scalar(tag, value, step)
+
+    def video(self, tag: str, clip: np.ndarray, step: int, fps: float = 15.0) -> None:
+        """Write a clip as an animated GIF, the encoding TensorBoard's video view expects.
+
+        ``SummaryWriter.add_video`` would need moviepy for the same encoding; Pillow (already
+        required by TensorBoard) does it here.
+
+        Args:
+            clip: ``(1, T, 3, H, W) uint8`` RGB frames (the layout of ``add_video``).
+            fps: playback frames per second.
+        """
+        frames = np.asarray(clip, dtype=np.uint8)[0].transpose(0, 2, 3, 1)
+        t, h, w, _ = frames.shape
+        images = [Image.fromarray(f) for f in frames]
+        buffer = io.BytesIO()
+        images[0].save(buffer, format="GIF", save_all=True, append_images=images[1:],
+                       duration=max(1, round(1000 / fps)), loop=0)
+        image = Summary.Image(height=h, width=w, colorspace=3, encoded_image_string=buffer.getvalue())
+        self.writer.file_writer.add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
 
     def sps(self, step: int) -> float:
         """Agent steps per second since the previous call; writes ``charts/SPS``."""

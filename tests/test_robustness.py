@@ -1,0 +1,152 @@
+"""Runs that survive: exact resume, signals, crashed workers, non-finite losses."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import psutil
+import pytest
+import torch
+
+from vecdqn import checkpoint
+from vecdqn.catch import Catch
+from vecdqn.config import PRESETS, Config
+from vecdqn.trainer import NonFiniteError, Trainer, WorkerError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def catch_config(tmp_path: Path, **overrides) -> Config:
+    values = {**PRESETS["catch"], "num_envs": 2, "buffer_size": 2_000, "learning_starts": 100,
+              "target_update_frequency": 100, "log_every": 100, "hidden_size": 32, "log_dir": str(tmp_path),
+              "seed": 7, "n_step": 3}
+    values.update(overrides)
+    return Config(**values)
+
+
+def parameters(run_dir: Path) -> dict[str, torch.Tensor]:
+    state = checkpoint.load(run_dir / "checkpoints" / "latest.pt")
+    return {**{f"online.{k}": v for k, v in state["agent"]["online"].items()},
+            **{f"target.{k}": v for k, v in state["agent"]["target"].items()}}
+
+
+def test_resume_with_saved_replay_matches_an_uninterrupted_run(tmp_path):
+    """600 agent steps straight == 300 steps, checkpoint, resume for 300 more (same seed, CPU)."""
+    straight = Trainer(catch_config(tmp_path / "a", total_steps=600, run_name="run"), progress=False).run()
+
+    first = catch_config(tmp_path / "b", total_steps=300, run_name="run", save_replay=True)
+    Trainer(first, progress=False).run()
+    run_dir = tmp_path / "b" / "run"
+    resumed = Trainer.from_checkpoint(run_dir, {"total_steps": 600}, progress=False).run()
+    assert resumed["steps"] == 600 and resumed["updates"] == straight["updates"]
+
+    a, b = parameters(Path(straight["run_dir"])), parameters(run_dir)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+def test_resume_without_replay_refills_first(tmp_path):
+    Trainer(catch_config(tmp_path, total_steps=200, run_name="run"), progress=False).run()
+    trainer = Trainer.from_checkpoint(tmp_path / "run", {"total_steps": 400}, progress=False)
+    summary = trainer.run()
+    assert summary["steps"] == 400
+    # Learning waited for learning_starts (100) fresh transitions after the resume at step 200.
+    assert trainer.learn_from == 300
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_checkpoints_and_exits_cleanly(tmp_path, signum, code):
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / "train.py"), "--preset", "catch", "--num-envs", "2",
+         "--total-steps", "1000000", "--log-dir", str(tmp_path), "--run-name", "run", "--learning-starts", "100"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        deadline = time.time() + 60
+        children: list[psutil.Process] = []
+        while time.time() < deadline and len(children) < 2:
+            time.sleep(0.5)
+            children = _descendants(proc.pid)
+        assert len(children) >= 2, "env workers did not start"
+        time.sleep(3)  # let it train a little
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code, err[-2000:]
+    ckpt = tmp_path / "run" / "checkpoints" / "latest.pt"
+    state = checkpoint.load(ckpt)
+    assert state["step"] > 0
+    assert str(ckpt) in err and "--resume" in err
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, f"worker processes left behind: {alive}"
+
+
+class CrashingCatch(Catch):
+    """Catch that raises on its 50th step, in the env seeded 8 only (env 1 of a run with seed 7)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.steps_taken = 0
+        self.first_seed = None
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None and self.first_seed is None:
+            self.first_seed = seed
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        self.steps_taken += 1
+        if self.steps_taken == 50 and self.first_seed == 8:
+            raise RuntimeError("emulator exploded on step 50")
+        return super().step(action)
+
+
+def test_worker_exception_stops_the_run_naming_the_env(tmp_path):
+    gym.register("vecdqn-test/CrashingCatch-v0", entry_point=CrashingCatch)
+    config = catch_config(tmp_path, env_id="vecdqn-test/CrashingCatch-v0", total_steps=2_000, run_name="run")
+    trainer = Trainer(config, progress=False, handle_signals=False)
+    start = time.time()
+    message = r"^env 1 failed at agent step \d+: RuntimeError: emulator exploded on step 50"
+    with pytest.raises(WorkerError, match=message):
+        trainer.run()
+    assert time.time() - start < 30
+    assert trainer.envs.closed
+    assert checkpoint.load(trainer.worker_checkpoint)["step"] > 0
+    assert not [p for p in psutil.Process().children(recursive=True) if p.is_running()
+                and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_finite_checkpoint(tmp_path, monkeypatch):
+    config = catch_config(tmp_path, total_steps=1_000, run_name="run", checkpoint_every=200)
+    trainer = Trainer(config, progress=False, handle_signals=False)
+    real_update = type(trainer).__mro__[0]._update
+
+    def poisoned(self, beta):
+        if self.step >= 500:
+            with torch.no_grad():
+                next(self.agent.online.parameters()).fill_(float("nan"))
+        return real_update(self, beta)
+
+    monkeypatch.setattr(Trainer, "_update", poisoned)
+    with pytest.raises(NonFiniteError, match="learning-rate"):
+        trainer.run()
+    state = checkpoint.load(tmp_path / "run" / "checkpoints" / "latest.pt")
+    assert 0 < state["step"] < 500 + config.num_envs
+    for tensor in state["agent"]["online"].values():
+        assert torch.isfinite(tensor).all()
+    assert np.isfinite(trainer.step)

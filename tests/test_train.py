@@ -1,0 +1,94 @@
+"""End-to-end runs of scripts/train.py: the smoke run, exit codes, bad input."""
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN = str(ROOT / "scripts" / "train.py")
+
+DESIGN_TAGS = [
+    "charts/episodic_return", "charts/episodic_length", "charts/epsilon", "charts/beta",
+    "charts/learning_rate", "charts/SPS", "losses/td_loss", "losses/q_values", "replay/size",
+    "replay/priority_max",
+]
+
+
+def run_train(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, TRAIN, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def scalars(run_dir: Path) -> dict[str, list[float]]:
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [e.value for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def test_smoke_run_on_breakout(tmp_path):
+    """~2,000 agent steps, 2 envs, small buffer: exits 0, logs every DESIGN.md tag, no NaN."""
+    result = run_train(
+        "--total-steps", "2000", "--num-envs", "2", "--buffer-size", "2000", "--learning-starts", "400",
+        "--log-every", "400", "--log-dir", str(tmp_path), "--seed", "3",
+        # Short games so whole-game statistics appear within the run.
+        "--max-episode-frames", "1500",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = tmp_path.iterdir()
+    assert run_dir.name.startswith("BreakoutNoFrameskip-v4__3__")
+    values = scalars(run_dir)
+    for tag in DESIGN_TAGS:
+        assert tag in values, f"{tag} missing from {sorted(values)}"
+        assert all(math.isfinite(v) for v in values[tag]), tag
+    assert max(values["replay/size"]) > 1000
+    assert (run_dir / "checkpoints" / "final.pt").exists()
+    assert (run_dir / "config.json").exists()
+    assert "agent steps/s" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--env-id", "BreakoutNoFrameskp-v4"], "BreakoutNoFrameskip-v4"),
+        (["--num-envs", "0"], "--num-envs 0"),
+        (["--total-steps", "-5"], "--total-steps -5"),
+        (["--batch-size", "64", "--buffer-size", "32"], "--batch-size 64 is larger than --buffer-size 32"),
+        (["--learning-starts", "8"], "--learning-starts 8 is below --batch-size 32"),
+        (["--total-steps", "1000", "--learning-starts", "5000"], "--learning-starts 5000 is above --total-steps 1000"),
+        (["--buffer-size", str(10**10)], "GiB"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args, message, tmp_path):
+    result = run_train(*args, "--log-dir", str(tmp_path), timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert message in lines[0]
+    assert "Traceback" not in result.stderr
+    assert not any(tmp_path.iterdir()), "nothing may be written for a bad input"
+
+
+def test_unwritable_log_dir_exits_2(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    result = run_train("--log-dir", str(blocker / "runs"), timeout=60)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "--log-dir" in result.stderr and "not writable" in result.stderr
+
+
+def test_corrupt_checkpoint_on_resume_exits_2(tmp_path):
+    ckpt = tmp_path / "run" / "checkpoints" / "latest.pt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"PK\x03\x04 this is not a whole checkpoint")
+    before = ckpt.read_bytes()
+    result = run_train("--resume", str(tmp_path / "run"), timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert str(ckpt) in result.stderr and "corrupt or truncated" in result.stderr
+    assert ckpt.read_bytes() == before
