@@ -101,14 +101,14 @@ def interleaved(rounds: int, candidates: dict[str, Callable[[], float]], anchor:
 
 
 def print_table(rows: list[Row]) -> None:
-    columns = ["bench", "op", "impl", "capacity", "batch_size", "value", "unit", "ratio", "anchor"]
+    columns = ["bench", "op", "impl", "num_envs", "capacity", "batch_size", "value", "unit", "ratio", "anchor", "note"]
 
     def fmt(value: object) -> str:
         if value is None:
             return "-"
         if isinstance(value, float):
             return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
-        if isinstance(value, int) and value >= 1 << 14:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1 << 14:
             return f"2^{value.bit_length() - 1}" if value & (value - 1) == 0 else f"{value:,}"
         return str(value)
 
@@ -375,11 +375,342 @@ def replay_section(args: argparse.Namespace) -> list[Row]:
     return rows
 
 
+# -- env section ----------------------------------------------------------------------------------------
+
+ENV_ID = "BreakoutNoFrameskip-v4"
+
+
+def env_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("--env section")
+    group.add_argument("--env", action="store_true", help="benchmark the env pipelines (Breakout, random actions)")
+    group.add_argument("--env-nums", type=int, nargs="+", default=[2, 4, 8], help="numbers of envs (default 2 4 8)")
+    group.add_argument("--env-steps", type=int, default=4000,
+                       help="agent steps (summed over envs) per timed block (default 4000)")
+
+
+def _gymnasium_reference_env():
+    """The reference pipeline: gymnasium's own preprocessing wrappers."""
+    import ale_py
+    import gymnasium as gym
+
+    gym.register_envs(ale_py)
+    env = gym.make(ENV_ID, frameskip=1, repeat_action_probability=0.0)
+    env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84,
+                                          terminal_on_life_loss=False, grayscale_obs=True)
+    return gym.wrappers.FrameStackObservation(env, 4)
+
+
+def make_env_impls(num_envs: int) -> dict[str, object]:
+    """The three pipelines with the same preprocessing: 30 no-op starts, skip 4 with the max of the
+    last two frames, 84×84 grayscale, 4 stacked, no life-loss termination, raw rewards."""
+    import ale_py
+    import gymnasium as gym
+    from gymnasium.vector import AutoresetMode
+
+    from vecdqn.vector import make_vector_env
+
+    return {
+        "gymnasium": gym.vector.AsyncVectorEnv([_gymnasium_reference_env] * num_envs, shared_memory=True,
+                                               autoreset_mode=AutoresetMode.SAME_STEP),
+        "vecdqn": make_vector_env(ENV_ID, num_envs, episodic_life=False, fire_reset=False),
+        "ale_vector": ale_py.AtariVectorEnv(
+            "breakout", num_envs, noop_max=30, frameskip=4, stack_num=4, img_height=84, img_width=84,
+            grayscale=True, maxpool=True, episodic_life=False, reward_clipping=False, use_fire_reset=False,
+            repeat_action_probability=0.0, autoreset_mode=AutoresetMode.SAME_STEP),
+    }
+
+
+def env_steps_per_second(env, num_envs: int, agent_steps: int, rng: np.random.Generator) -> float:
+    """Agent steps per second of ``env`` under uniformly random actions (after a warm-up)."""
+    n_actions = 4
+    vector_steps = max(1, agent_steps // num_envs)
+    actions = rng.integers(n_actions, size=(vector_steps + 10, num_envs))
+    for a in actions[:10]:
+        env.step(a)
+    start = time.perf_counter()
+    for a in actions[10:]:
+        env.step(a)
+    return vector_steps * num_envs / (time.perf_counter() - start)
+
+
+def emulator_ceiling(frames: int = 20_000) -> tuple[float, int]:
+    """Raw ALE frames/s of one emulator in this process (random actions, no screen read) and the
+    core count: the ceiling of any pipeline is frames/s × cores / 4 agent steps/s."""
+    import ale_py
+    import gymnasium as gym
+
+    gym.register_envs(ale_py)
+    env = gym.make(ENV_ID, frameskip=1, repeat_action_probability=0.0)
+    env.reset(seed=0)
+    ale, action_set = env.unwrapped.ale, env.unwrapped._action_set
+    actions = np.random.default_rng(0).integers(len(action_set), size=frames)
+    start = time.perf_counter()
+    for a in actions:
+        ale.act(action_set[a], 1.0)
+        if ale.game_over():
+            ale.reset_game()
+    rate = frames / (time.perf_counter() - start)
+    env.close()
+    return rate, os.cpu_count() or 1
+
+
+def env_section(args: argparse.Namespace) -> list[Row]:
+    rows: list[Row] = []
+    rng = np.random.default_rng(0)
+    for num_envs in args.env_nums:
+        print(f"timing env pipelines with {num_envs} envs ...", flush=True)
+        impls = make_env_impls(num_envs)
+        try:
+            for impl in impls.values():
+                impl.reset(seed=0)
+            candidates = {name: (lambda impl=impl, n=num_envs: env_steps_per_second(impl, n, args.env_steps, rng))
+                          for name, impl in impls.items()}
+            result = interleaved(args.repeats, candidates, anchor="gymnasium")
+        finally:
+            for impl in impls.values():
+                impl.close()
+        for name, (value, ratio) in result.items():
+            rows.append({"bench": "env", "impl": name, "num_envs": num_envs, "value": value, "unit": "steps/s",
+                         "ratio": ratio, "anchor": "gymnasium"})
+    frames_per_second, cores = emulator_ceiling()
+    rows.append({"bench": "env", "impl": "emulator_ceiling", "num_envs": cores, "value": frames_per_second * cores / 4,
+                 "unit": "steps/s", "ratio": None, "anchor": None,
+                 "note": f"{frames_per_second:,.0f} raw frames/s x {cores} cores / 4"})
+    print("\ntargets:")
+    for num_envs in args.env_nums:
+        ours = next(r for r in rows if r["impl"] == "vecdqn" and r["num_envs"] == num_envs)
+        ale = next(r for r in rows if r["impl"] == "ale_vector" and r["num_envs"] == num_envs)
+        print(f"  {num_envs} envs: vecdqn {ours['value']:,.0f} steps/s = {ours['ratio']:.2f}x gymnasium "
+              f"(target >= 1.25), {ours['ratio'] / ale['ratio']:.2f}x ale_vector (target >= 0.75)")
+    print()
+    return rows
+
+
+# -- learner section --------------------------------------------------------------------------------------
+
+
+def learner_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("--learner section")
+    group.add_argument("--learner", action="store_true", help="benchmark DQNAgent.update")
+    group.add_argument("--learner-batches", type=int, nargs="+", default=[32, 256], help="batch sizes (default 32 256)")
+    group.add_argument("--device", default="auto", help="learner device: auto, cpu, cuda (default auto)")
+    group.add_argument("--torch-threads", type=int, default=0,
+                       help="torch intra-op threads (0: the trainer's rule for --num-envs; default 0)")
+    group.add_argument("--num-envs", type=int, default=8,
+                       help="envs of the --train runs and of the thread rule (default 8)")
+
+
+def _threads(args: argparse.Namespace) -> int:
+    from vecdqn.agent import select_device
+    from vecdqn.config import default_torch_threads
+
+    return args.torch_threads or default_torch_threads(args.num_envs, device_type=select_device(args.device).type)
+
+
+def random_batch(batch: int, rng: np.random.Generator):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        obs=rng.integers(0, 256, (batch, 4, 84, 84), dtype=np.uint8),
+        next_obs=rng.integers(0, 256, (batch, 4, 84, 84), dtype=np.uint8),
+        actions=rng.integers(0, 4, batch), rewards=rng.normal(size=batch).astype(np.float32),
+        discounts=np.full(batch, 0.99**3, np.float32), weights=np.ones(batch, np.float32),
+    )
+
+
+def learner_updates_per_second(batch: int, device: str, threads: int, *, dueling=True, double=True,
+                               seconds: float = 3.0) -> float:
+    import torch
+
+    from vecdqn.agent import DQNAgent, select_device
+
+    torch.set_num_threads(threads)
+    agent = DQNAgent(4, (4, 84, 84), select_device(device), dueling=dueling, double=double, seed=0)
+    data = random_batch(batch, np.random.default_rng(0))
+    agent.update(data)
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds or count < 3:
+        agent.update(data)
+        count += 1
+    return count / (time.perf_counter() - start)
+
+
+def learner_section(args: argparse.Namespace) -> list[Row]:
+    import torch
+
+    from vecdqn.agent import select_device
+
+    device = str(select_device(args.device))
+    threads = _threads(args)
+    rows: list[Row] = []
+    for batch in args.learner_batches:
+        print(f"timing DQNAgent.update at batch {batch} on {device} with {threads} thread(s) ...", flush=True)
+        values = [learner_updates_per_second(batch, device, threads) for _ in range(args.repeats)]
+        rows.append({"bench": "learner", "impl": "vecdqn", "batch_size": batch, "value": statistics.median(values),
+                     "unit": "updates/s", "ratio": None, "anchor": None,
+                     "note": f"{device}, {threads} torch thread(s), dueling double DQN"})
+    torch.set_num_threads(os.cpu_count() or 1)
+    print()
+    return rows
+
+
+# -- train section ----------------------------------------------------------------------------------------
+
+
+def train_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("--train section")
+    group.add_argument("--train", action="store_true", help="benchmark end-to-end training")
+    group.add_argument("--train-steps", type=int, default=2000,
+                       help="agent steps measured after learning starts (default 2000)")
+    group.add_argument("--train-learning-starts", type=int, default=2000,
+                       help="agent steps collected before the measured part (default 2000)")
+
+
+class SingleEnvLoop:
+    """The peer baseline (impl ``single_env_loop``): the textbook one-env DQN loop in the style of
+    CleanRL's ``dqn_atari.py`` — step one env, choose its action with a forward pass, store the
+    transition in a uniform replay of stacked observations, and every 4 agent steps take one
+    batch-32 Nature-DQN update (no double, no dueling, 1-step). Same wrappers, same network torso.
+    Torch uses every core (the library default), as such a script does."""
+
+    def __init__(self, learning_starts: int, capacity: int = 10_000, seed: int = 0):
+        import torch
+
+        from vecdqn.model import QNetwork
+        from vecdqn.wrappers import make_env
+
+        torch.set_num_threads(os.cpu_count() or 1)
+        torch.manual_seed(seed)
+        self.env = make_env(ENV_ID)
+        self.q = QNetwork(int(self.env.action_space.n), dueling=False)
+        self.target = QNetwork(int(self.env.action_space.n), dueling=False)
+        self.target.load_state_dict(self.q.state_dict())
+        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=1e-4)
+        self.obs = np.zeros((capacity, 4, 84, 84), np.uint8)
+        self.next_obs = np.zeros_like(self.obs)
+        self.actions = np.zeros(capacity, np.int64)
+        self.rewards = np.zeros(capacity, np.float32)
+        self.dones = np.zeros(capacity, np.float32)
+        self.capacity, self.size, self.learning_starts = capacity, 0, learning_starts
+        self.rng = np.random.default_rng(seed)
+        self.state, _ = self.env.reset(seed=seed)
+
+    def run(self, steps: int, epsilon: float = 0.1) -> None:
+        import torch
+        import torch.nn.functional as F
+
+        for _ in range(steps):
+            if self.rng.random() < epsilon:
+                action = int(self.rng.integers(self.env.action_space.n))
+            else:
+                with torch.no_grad():
+                    action = int(self.q(torch.from_numpy(self.state[None])).argmax(1).item())
+            next_state, reward, terminated, truncated, _ = self.env.step(action)
+            i = self.size % self.capacity
+            self.obs[i], self.next_obs[i], self.actions[i] = self.state, next_state, action
+            self.rewards[i], self.dones[i] = np.sign(reward), float(terminated)
+            self.size += 1
+            self.state = self.env.reset()[0] if terminated or truncated else next_state
+            if self.size > self.learning_starts and self.size % 4 == 0:
+                idx = self.rng.integers(min(self.size, self.capacity), size=32)
+                obs, next_obs = torch.from_numpy(self.obs[idx]), torch.from_numpy(self.next_obs[idx])
+                with torch.no_grad():
+                    target = torch.from_numpy(self.rewards[idx]) + 0.99 * self.target(next_obs).max(1).values * (
+                        1 - torch.from_numpy(self.dones[idx]))
+                q = self.q(obs).gather(1, torch.from_numpy(self.actions[idx])[:, None]).squeeze(1)
+                loss = F.huber_loss(q, target)
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+            if self.size % 1000 == 0:
+                self.target.load_state_dict(self.q.state_dict())
+
+
+def trainer_learning_sps(args: argparse.Namespace, extra: list[str]) -> float:
+    """Agent steps/s of the real trainer, counted from its first update."""
+    import tempfile
+
+    from vecdqn.config import parse_args
+    from vecdqn.trainer import Trainer
+
+    with tempfile.TemporaryDirectory() as log_dir:
+        config = parse_args([
+            "--num-envs", str(args.num_envs), "--total-steps", str(args.train_learning_starts + args.train_steps),
+            "--learning-starts", str(args.train_learning_starts), "--buffer-size", "20000", "--log-dir", log_dir,
+            "--eval-every", "0", "--checkpoint-every", "0", "--log-every", "1000",
+            "--torch-threads", str(_threads(args)), *extra,
+        ])
+        summary = Trainer(config, progress=False, handle_signals=False).run()
+    return summary["learning_sps"]
+
+
+def single_loop_sps(args: argparse.Namespace) -> float:
+    loop = SingleEnvLoop(args.train_learning_starts)
+    loop.run(args.train_learning_starts)
+    start = time.perf_counter()
+    loop.run(args.train_steps)
+    return args.train_steps / (time.perf_counter() - start)
+
+
+PLAIN_DQN = ["--no-dueling", "--no-double", "--no-per", "--n-step", "1", "--train-frequency", "4", "--batch-size", "32"]
+
+
+def train_section(args: argparse.Namespace) -> list[Row]:
+    from vecdqn.vector import make_vector_env
+
+    rows: list[Row] = []
+    print(f"timing end-to-end training with {args.num_envs} envs ({args.train_steps} agent steps after "
+          f"{args.train_learning_starts}) ...", flush=True)
+    candidates = {
+        "vecdqn": lambda: trainer_learning_sps(args, []),
+        "vecdqn_plain": lambda: trainer_learning_sps(args, PLAIN_DQN),
+        "single_env_loop": lambda: single_loop_sps(args),
+    }
+    result = interleaved(args.repeats, candidates, anchor="single_env_loop")
+    threads = _threads(args)
+    learner = {name: statistics.median(learner_updates_per_second(32, args.device, threads, dueling=d, double=d,
+                                                                   seconds=2.0) for _ in range(args.repeats))
+               for name, d in (("vecdqn", True), ("vecdqn_plain", False))}
+    envs = make_vector_env(ENV_ID, args.num_envs)
+    try:
+        envs.reset(seed=0)
+        rng = np.random.default_rng(1)
+        env_only = statistics.median(env_steps_per_second(envs, args.num_envs, args.env_steps, rng)
+                                     for _ in range(args.repeats))
+    finally:
+        envs.close()
+    for name, (value, ratio) in result.items():
+        row = {"bench": "train", "impl": name, "num_envs": 1 if name == "single_env_loop" else args.num_envs,
+               "value": value, "unit": "steps/s", "ratio": ratio, "anchor": "single_env_loop"}
+        if name in learner:
+            bound = min(env_only, learner[name] * 4)
+            row["note"] = (f"env-only {env_only:,.0f} steps/s, learner-only {learner[name]:.1f} updates/s x 4 = "
+                           f"{learner[name] * 4:.0f} steps/s; {value / bound:.2f} of min")
+            row["bound"] = bound
+        rows.append(row)
+    rows.append({"bench": "train", "impl": "env_only", "num_envs": args.num_envs, "value": env_only,
+                 "unit": "steps/s", "ratio": None, "anchor": None})
+    for name, value in learner.items():
+        rows.append({"bench": "train", "impl": f"learner_only_{name}", "batch_size": 32, "value": value,
+                     "unit": "updates/s", "ratio": None, "anchor": None, "note": f"{threads} torch thread(s)"})
+    print("\ntargets:")
+    for name in ("vecdqn", "vecdqn_plain"):
+        row = next(r for r in rows if r["impl"] == name)
+        print(f"  {name}: {row['value']:.0f} steps/s = {row['value'] / row['bound']:.2f} x min(env-only, learner-only "
+              f"x train_frequency) (target >= 0.85)")
+    plain = next(r for r in rows if r["impl"] == "vecdqn_plain")
+    print(f"  plain DQN {plain['value']:.0f} steps/s = {plain['ratio']:.2f}x the single-env loop (target >= 1.3)\n")
+    return rows
+
+
 # -- main ---------------------------------------------------------------------------------------------
 
 # name -> (add its flags, run it); other sections (--env, --learner, --train) register here.
 SECTIONS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], list[Row]]]] = {
+    "env": (env_arguments, env_section),
     "replay": (replay_arguments, replay_section),
+    "learner": (learner_arguments, learner_section),
+    "train": (train_arguments, train_section),
 }
 
 

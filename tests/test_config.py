@@ -71,8 +71,10 @@ def test_train_script_help_lists_units_and_defaults():
 
 
 def test_torch_threads_rule():
-    assert default_torch_threads(8, cpu_count=2) == 1
-    assert default_torch_threads(4, cpu_count=16) == 12
+    assert default_torch_threads(8, cpu_count=2) == 2  # CPU learner: it is the bottleneck
+    assert default_torch_threads(8, cpu_count=2, device_type="cuda") == 1
+    assert default_torch_threads(8, cpu_count=16, device_type="cuda") == 4
+    assert default_torch_threads(15, cpu_count=16, device_type="cuda") == 1
 
 
 def test_piecewise_linear():

@@ -131,6 +131,30 @@ def test_worker_exception_stops_the_run_naming_the_env(tmp_path):
                 and p.status() != psutil.STATUS_ZOMBIE]
 
 
+class HangingCatch(CrashingCatch):
+    """Catch whose env seeded 8 stops answering on its 50th step."""
+
+    def step(self, action):
+        if self.steps_taken == 49 and self.first_seed == 8:
+            time.sleep(3600)
+        return super().step(action)
+
+
+def test_hung_worker_times_out(tmp_path):
+    gym.register("vecdqn-test/HangingCatch-v0", entry_point=HangingCatch)
+    config = catch_config(tmp_path, env_id="vecdqn-test/HangingCatch-v0", total_steps=2_000, run_name="run",
+                          worker_timeout=2.0)
+    trainer = Trainer(config, progress=False, handle_signals=False)
+    start = time.time()
+    with pytest.raises(WorkerError, match=r"^env 1 did not answer within --worker-timeout 2.0 s"):
+        trainer.run()
+    assert time.time() - start < 30
+    assert checkpoint.load(trainer.worker_checkpoint)["step"] > 0
+    time.sleep(0.5)
+    assert not [p for p in psutil.Process().children(recursive=True)
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
 def test_non_finite_loss_stops_and_keeps_the_last_finite_checkpoint(tmp_path, monkeypatch):
     config = catch_config(tmp_path, total_steps=1_000, run_name="run", checkpoint_every=200)
     trainer = Trainer(config, progress=False, handle_signals=False)

@@ -37,6 +37,7 @@ def test_smoke_run_on_breakout(tmp_path):
         "--log-every", "400", "--log-dir", str(tmp_path), "--seed", "3",
         # Short games so whole-game statistics appear within the run.
         "--max-episode-frames", "1500",
+        "--eval-every", "1000", "--eval-episodes", "1",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = tmp_path.iterdir()
@@ -46,6 +47,15 @@ def test_smoke_run_on_breakout(tmp_path):
         assert tag in values, f"{tag} missing from {sorted(values)}"
         assert all(math.isfinite(v) for v in values[tag]), tag
     assert max(values["replay/size"]) > 1000
+    # Periodic evaluation: scalars at agent steps 1000 and 2000, and a video of one game.
+    assert len(values["eval/return_mean"]) == 2 and "eval/return_std" in values and "eval/hns" in values
+    acc = EventAccumulator(str(run_dir), size_guidance={"images": 0})
+    acc.Reload()
+    assert "eval/video" in acc.Tags()["images"]
+    video = acc.Images("eval/video")[0]
+    assert video.encoded_image_string[:6] == b"GIF89a" and video.width == 80 and video.height == 105
+    texts = acc.Tags()["tensors"]
+    assert any(tag.startswith("config") for tag in texts)
     assert (run_dir / "checkpoints" / "final.pt").exists()
     assert (run_dir / "config.json").exists()
     assert "agent steps/s" in result.stdout

@@ -36,6 +36,7 @@ class QNetwork(nn.Module):
             raise ValueError(f"n_actions={n_actions} must be >= 1")
         self.n_actions = n_actions
         self.dueling = dueling
+        self._channels_last = False
         self.torso = nn.Sequential(
             nn.Conv2d(in_channels, 32, kernel_size=8, stride=4), nn.ReLU(),
             nn.Conv2d(32, 64, kernel_size=4, stride=2), nn.ReLU(),
@@ -52,8 +53,22 @@ class QNetwork(nn.Module):
         else:
             self.head = nn.Sequential(nn.Linear(n_flat, hidden_size), nn.ReLU(), nn.Linear(hidden_size, n_actions))
 
+    def channels_last(self) -> QNetwork:
+        """Store the convolution weights, and feed the convolutions, in NHWC order; returns self.
+
+        Same arithmetic, different memory order: oneDNN's CPU convolutions run faster on it
+        (measured on 2 cores: a batch-32 update 16.5 ms against 22 ms on 2 threads, 29 against
+        39 ms on 1).
+        """
+        self.to(memory_format=torch.channels_last)
+        self._channels_last = True
+        return self
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = self.torso(obs.float() / 255.0)
+        x = obs.float() / 255.0
+        if self._channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        x = self.torso(x)
         if not self.dueling:
             return self.head(x)
         value = self.value(x)

@@ -266,7 +266,8 @@ class Trainer:
 
         Returns:
             a summary: ``run_dir``, ``steps``, ``updates``, ``episodes``, ``mean_return`` (raw, last
-            100 games), ``sps`` (agent steps per second of this process), ``checkpoint``.
+            100 games), ``sps`` (agent steps per second of this process), ``learning_sps`` (the same,
+            counted from the first update on), ``checkpoint``.
 
         Raises:
             Interrupted: after SIGINT/SIGTERM, once the checkpoint is written.
@@ -274,7 +275,7 @@ class Trainer:
             NonFiniteError: NaN/inf loss or Q-values (the last finite checkpoint is kept).
         """
         c = self.config
-        torch.set_num_threads(c.torch_threads or default_torch_threads(c.num_envs))
+        torch.set_num_threads(c.torch_threads or default_torch_threads(c.num_envs, device_type=self.device.type))
         self._seed()
         self._schedules()
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -310,13 +311,13 @@ class Trainer:
                     )
             return self._loop(envs, start)
         except WorkerError:
-            envs.close(terminate=True)
+            _force_close(envs)
             # The envs cannot be snapshotted any more; a resume from this checkpoint restarts the
             # games but keeps the networks, optimizer, counters and schedules.
             self.worker_checkpoint = self.save_checkpoint("latest.pt")
             raise
         except BaseException:
-            envs.close(terminate=True)
+            _force_close(envs)
             raise
         finally:
             self._restore_signal_handlers()
@@ -329,8 +330,11 @@ class Trainer:
         try:
             return envs.step_wait(timeout=self.config.worker_timeout)
         except multiprocessing.TimeoutError:
+            # The workers that have not answered are those whose pipe holds no reply.
+            hung = [i for i, pipe in enumerate(envs.parent_pipes) if pipe is not None and not pipe.poll(0)]
+            which = "env " + ", ".join(map(str, hung)) if hung else "an env worker"
             raise WorkerError(
-                f"an env worker did not answer within --worker-timeout {self.config.worker_timeout} s "
+                f"{which} did not answer within --worker-timeout {self.config.worker_timeout} s "
                 f"at agent step {self.step}"
             ) from None
         except Exception as err:  # the worker's own exception, re-raised by gymnasium, or a dead pipe
@@ -360,6 +364,7 @@ class Trainer:
         loss_sum = q_sum = 0.0
         loss_count = 0
         last_checkpoint = None
+        learning_clock = None  # (time, step) of the first vector step with updates
 
         while self.step < c.total_steps:
             envs.step_async(actions)
@@ -379,6 +384,8 @@ class Trainer:
 
             next_obs, rewards, terminated, truncated, infos = self._step_wait(envs)
             self.step += n
+            if learning_clock is None and self.updates > self.update_offset:
+                learning_clock = (time.perf_counter(), self.step)
 
             # With SAME_STEP autoreset, next_obs[i] of an ended env is already the next episode's
             # first observation; the transition must end in the true last one, final_obs[i].
@@ -423,7 +430,10 @@ class Trainer:
                 next_checkpoint += c.checkpoint_every
                 last_checkpoint = self.save_checkpoint("latest.pt", envs=envs, obs=obs, actions=actions)
 
-        elapsed = time.perf_counter() - start_time
+        now = time.perf_counter()
+        elapsed = now - start_time
+        learning_sps = ((self.step - learning_clock[1]) / max(now - learning_clock[0], 1e-9)
+                        if learning_clock is not None and self.step > learning_clock[1] else float("nan"))
         last_checkpoint = self.save_checkpoint("latest.pt", envs=envs, obs=obs, actions=actions)
         final = self.save_checkpoint("final.pt")
         return {
@@ -433,6 +443,7 @@ class Trainer:
             "episodes": logger.episodes,
             "mean_return": logger.mean_return,
             "sps": (self.step - start_step) / max(elapsed, 1e-9),
+            "learning_sps": learning_sps,
             "checkpoint": str(final),
             "latest": str(last_checkpoint),
         }
@@ -563,6 +574,15 @@ class Trainer:
             start["obs"] = state["obs"]
             start["actions"] = state["actions"]
         return start
+
+
+def _force_close(envs) -> None:
+    """Stop every worker now. The workers ignore SIGTERM (see `Trainer._make_envs`), so
+    gymnasium's ``close(terminate=True)`` alone would wait for a hung one forever: SIGKILL first."""
+    for process in envs.processes:
+        if process.is_alive():
+            process.kill()
+    envs.close(terminate=True)
 
 
 def _failed_workers(envs) -> str:

@@ -33,10 +33,14 @@ def _make_worker_env(env_id: str, options: dict[str, Any]) -> gym.Env:
     import of ``vecdqn`` that registers Catch) do not exist there.
     """
     import ale_py
+    import cv2
 
     import vecdqn  # noqa: F401  (registers vecdqn/Catch-v0)
 
     gym.register_envs(ale_py)
+    # One worker is one core's worth of work: OpenCV's own thread pool (as many threads as
+    # cores, in every worker) would only add contention for the resize of one small frame.
+    cv2.setNumThreads(1)
     return make_env(env_id, **options)
 
 
