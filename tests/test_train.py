@@ -102,3 +102,28 @@ def test_corrupt_checkpoint_on_resume_exits_2(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1
     assert str(ckpt) in result.stderr and "corrupt or truncated" in result.stderr
     assert ckpt.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--env-id", "vecdqn/Catch-v0", "--screen-size", "10"], "--screen-size 10 is too small"),
+        (["--env-id", "CartPole-v1"], "--env-id CartPole-v1"),
+        (["--device", "cuda:abc"], "--device 'cuda:abc' is not a device name"),
+        (["--per-alpha", "nan"], "--per-alpha nan"),
+    ],
+)
+def test_more_bad_input_exits_2(args, message, tmp_path):
+    result = run_train(*args, "--log-dir", str(tmp_path), timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_existing_run_name_is_not_overwritten(tmp_path):
+    run = tmp_path / "mine"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    result = run_train("--preset", "catch", "--log-dir", str(tmp_path), "--run-name", "mine", timeout=60)
+    assert result.returncode == 2 and "--resume" in result.stderr
+    assert (run / "config.json").read_text() == "{}"

@@ -23,6 +23,13 @@ import sys
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+# The smallest frame the Nature-DQN torso turns into at least one 1×1 feature map.
+MIN_SCREEN_SIZE = 36
+
+# Options that fix the shape of the networks, the envs or the replay: a resumed run keeps them.
+FIXED_ON_RESUME = ("env_id", "num_envs", "frame_skip", "frame_stack", "screen_size", "dueling", "hidden_size",
+                   "n_step", "buffer_size")
+
 
 def _f(default: Any, help: str) -> Any:  # noqa: A002 - "help" mirrors argparse
     return field(default=default, metadata={"help": help})
@@ -33,7 +40,8 @@ class Config:
     """Every setting of a training run (see the module docstring for units)."""
 
     # --- experiment -------------------------------------------------------------------------
-    env_id: str = _f("BreakoutNoFrameskip-v4", "gymnasium env id (an ALE *NoFrameskip-v4 game or vecdqn/Catch-v0)")
+    env_id: str = _f("BreakoutNoFrameskip-v4", "gymnasium env id: an ALE game (BreakoutNoFrameskip-v4, "
+                     "ALE/Breakout-v5; the wrappers always do the frame skipping) or vecdqn/Catch-v0")
     seed: int = _f(1, "seed of envs (env i gets seed+i), replay sampling and network init")
     total_steps: int = _f(10_000_000, "length of the run, in agent steps summed over envs")
     num_envs: int = _f(8, "number of env worker processes (AsyncVectorEnv)")
@@ -46,7 +54,7 @@ class Config:
     preset: str = _f("", "named set of defaults to start from: 'catch' (see README); explicit options win")
 
     # --- environment (DeepMind/Nature preprocessing) ----------------------------------------
-    noop_max: int = _f(30, "at most this many no-op agent steps at the start of each game (0: none)")
+    noop_max: int = _f(30, "at most this many no-op frames at the start of each game (0: none)")
     frame_skip: int = _f(4, "emulator frames per agent step (action repeat; max over the last two)")
     frame_stack: int = _f(4, "frames stacked into one observation")
     screen_size: int = _f(84, "observation height and width in pixels")
@@ -61,7 +69,7 @@ class Config:
     per_alpha: float = _f(0.5, "priority exponent alpha of prioritized replay")
     per_beta_start: float = _f(0.4, "importance-sampling exponent beta at the start of learning")
     per_beta_end: float = _f(1.0, "importance-sampling exponent beta after --per-beta-steps")
-    per_beta_steps: int = _f(10_000_000, "agent steps after learning starts over which beta anneals linearly")
+    per_beta_steps: int = _f(10_000_000, "agent steps, from step 0, over which beta anneals linearly to its end value")
     per_eps: float = _f(1e-6, "added to |TD error| to form a priority")
     n_step: int = _f(3, "n of n-step returns (1: one-step TD)")
 
@@ -83,7 +91,7 @@ class Config:
     # --- exploration ------------------------------------------------------------------------
     epsilon_start: float = _f(1.0, "epsilon-greedy epsilon at step 0")
     epsilon_end: float = _f(0.01, "epsilon after the decay")
-    epsilon_decay_steps: int = _f(250_000, "agent steps over which epsilon decays linearly")
+    epsilon_decay_steps: int = _f(250_000, "agent steps, from step 0, over which epsilon decays linearly")
 
     # --- checkpoints and evaluation -----------------------------------------------------------
     checkpoint_every: int = _f(500_000, "write checkpoints/latest.pt every this many agent steps (0: only at the end)")
@@ -123,10 +131,16 @@ class Config:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{_flag(name)} {value} must be in [0, 1]")
-        if self.per_alpha < 0 or self.per_eps <= 0 or self.max_grad_norm < 0:
+        if not (self.per_alpha >= 0 and self.per_eps > 0 and self.max_grad_norm >= 0) or not all(
+                math.isfinite(v) for v in (self.per_alpha, self.per_eps, self.max_grad_norm)):
             raise ValueError(
                 f"--per-alpha {self.per_alpha} must be >= 0, --per-eps {self.per_eps} > 0 and "
                 f"--max-grad-norm {self.max_grad_norm} >= 0"
+            )
+        if self.screen_size < MIN_SCREEN_SIZE:
+            raise ValueError(
+                f"--screen-size {self.screen_size} is too small for the Nature-DQN torso (8×8/4, 4×4/2, 3×3/1 "
+                f"convolutions); use at least {MIN_SCREEN_SIZE}"
             )
         if self.batch_size > self.buffer_size:
             raise ValueError(
@@ -237,6 +251,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
             if key not in given:
                 values[key] = value
     config = Config(**values)
+    if config.resume:
+        # The saved configuration, updated with the options given here, is checked on resume.
+        return config
     try:
         config.validate()
     except ValueError as err:

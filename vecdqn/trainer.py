@@ -50,13 +50,13 @@ import torch
 import vecdqn
 from vecdqn import checkpoint
 from vecdqn.agent import DQNAgent, select_device
-from vecdqn.config import Config, default_torch_threads
+from vecdqn.config import FIXED_ON_RESUME, Config, default_torch_threads
 from vecdqn.evaluation import evaluate, resolve_checkpoint, video_for_tensorboard
 from vecdqn.metrics import MetricsLogger
 from vecdqn.replay import PrioritizedReplayBuffer
 from vecdqn.schedules import PiecewiseLinear
 from vecdqn.vector import make_vector_env
-from vecdqn.wrappers import check_env_options
+from vecdqn.wrappers import check_env_options, make_env
 
 CHECKPOINT_FORMAT = "vecdqn-checkpoint-1"
 
@@ -135,7 +135,19 @@ def preflight(config: Config, *, resuming: bool = False) -> None:
         select_device(config.device)
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    try:
+        # One env in this process, before any worker: catches envs whose observations the
+        # pipeline cannot use (e.g. CartPole's vector) with the wrapper's own message.
+        env = make_env(config.env_id, **wrapper_options(config))
+        env.close()
+    except ValueError as err:
+        raise ConfigError(f"--env-id {config.env_id}: {err}") from None
     log_dir = Path(config.log_dir)
+    if not resuming and config.run_name and (log_dir / config.run_name / "config.json").exists():
+        raise ConfigError(
+            f"--run-name {config.run_name}: {log_dir / config.run_name} already holds a run; continue it with "
+            f"--resume {log_dir / config.run_name} or choose another --run-name"
+        )
     try:
         log_dir.mkdir(parents=True, exist_ok=True)
         probe = log_dir / f".write-test-{os.getpid()}"
@@ -204,7 +216,20 @@ class Trainer:
         """
         file = resolve_checkpoint(path)
         state = checkpoint.load(file, required=("config", "agent", "step", "format"))
-        config = Config.from_dict({**state["config"], **(overrides or {})})
+        saved = state["config"]
+        for name in FIXED_ON_RESUME:
+            if name in (overrides or {}) and overrides[name] != saved.get(name):
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(
+                    f"{flag} {overrides[name]} differs from the run's {saved.get(name)}; {flag} cannot change "
+                    "on --resume (start a new run instead)"
+                )
+        config = Config.from_dict({**saved, **(overrides or {})})
+        if config.total_steps <= int(state["step"]):
+            raise ConfigError(
+                f"--total-steps {config.total_steps} is not beyond the checkpoint's agent step {state['step']}; "
+                "give a larger --total-steps to continue"
+            )
         return cls(config, resume_state=state, resume_dir=file.parent.parent, **kwargs)
 
     # -- set-up ----------------------------------------------------------------------------------
@@ -217,8 +242,7 @@ class Trainer:
         # Beta anneals over a fixed number of steps, not over total_steps, so a run continued with
         # a larger --total-steps keeps its schedules (exact resume).
         if c.per:
-            self.beta = PiecewiseLinear([(c.learning_starts, c.per_beta_start),
-                                         (c.learning_starts + c.per_beta_steps, c.per_beta_end)])
+            self.beta = PiecewiseLinear([(0, c.per_beta_start), (c.per_beta_steps, c.per_beta_end)])
         else:
             self.beta = PiecewiseLinear([(0, 0.0)])
         self.learning_rate = PiecewiseLinear([(0, c.learning_rate)])
@@ -657,8 +681,9 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return stop.exit_code
     except KeyboardInterrupt:
-        print(f"\nstopped at once at agent step {trainer.step}; the last checkpoint is in "
-              f"{trainer.run_dir / 'checkpoints'}", file=sys.stderr)
+        latest = trainer.run_dir / "checkpoints" / "latest.pt"
+        where = f"the last checkpoint is {latest}" if latest.exists() else "no checkpoint was written yet"
+        print(f"\nstopped at once at agent step {trainer.step}; {where}", file=sys.stderr)
         return 130
     except (WorkerError, NonFiniteError) as err:
         kept = trainer.run_dir / "checkpoints" / "latest.pt"

@@ -446,8 +446,13 @@ def _action_meanings(env: gym.Env) -> list[str] | None:
 
 
 def _register_envs() -> None:
-    """Register the ALE's and vecdqn's env ids (idempotent, cheap after the first call)."""
+    """Register the ALE's and vecdqn's env ids (idempotent, cheap after the first call).
+
+    Also keeps only the ALE's errors on stderr: its banner, printed by every emulator that
+    loads a ROM, would otherwise precede each one-line error message and repeat once per worker.
+    """
     gym.register_envs(ale_py)
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
     import vecdqn.catch  # noqa: F401  (registers vecdqn/Catch-v0)
 
 
