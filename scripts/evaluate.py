@@ -44,6 +44,15 @@ class UsageError(Exception):
     """Bad command-line input: reported as one line, exit code 2."""
 
 
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows defaults, except ``None``: those options say in their help what not giving them means."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None:
+            return action.help
+        return super()._get_help_string(action)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # argparse prints the usage block too; one line is what this script promises.
@@ -55,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Evaluate a vecdqn checkpoint on whole games; print raw and human-normalized "
         "scores.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_DefaultsFormatter,
     )
     parser.add_argument(
         "checkpoint",
