@@ -42,6 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from vecdqn.replay import PrioritizedReplayBuffer, StackedReplayBuffer, _last_wins  # noqa: E402
+from vecdqn.trainer import available_memory_bytes  # noqa: E402
 
 Row = dict
 
@@ -60,19 +61,6 @@ def rss_bytes() -> int:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1]) * 1024
     raise RuntimeError("cannot read the RSS: install psutil")
-
-
-def available_bytes() -> int | None:
-    try:
-        import psutil
-
-        return psutil.virtual_memory().available
-    except ImportError:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    return None
 
 
 def time_block(call: Callable[[], object], calls: int) -> float:
@@ -235,7 +223,7 @@ def replay_section(args: argparse.Namespace) -> list[Row]:
     n_envs, capacity, small = args.replay_envs, args.replay_capacity, args.replay_stacked_capacity
     need = (PrioritizedReplayBuffer.bytes_needed(capacity, obs_shape)
             + PrioritizedReplayBuffer.bytes_needed(small, obs_shape) + small * 2 * int(np.prod(obs_shape)))
-    free = available_bytes()
+    free = available_memory_bytes()
     if free is not None and need > 0.9 * free:
         raise SystemExit(f"--replay needs {need / 2**30:.1f} GiB but {free / 2**30:.1f} GiB are available; "
                          f"lower --replay-capacity or --replay-stacked-capacity")

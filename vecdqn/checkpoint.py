@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -17,14 +18,15 @@ class CheckpointError(Exception):
     """A checkpoint file is missing, truncated or not a vecdqn checkpoint."""
 
 
-def save_atomic(obj: Any, path: str | os.PathLike[str]) -> Path:
-    """``torch.save`` ``obj`` to ``path`` atomically (tmp file + fsync + rename). Returns the path."""
+def save_atomic(obj: Any, path: str | os.PathLike[str], dump: Callable[[Any, IO[bytes]], None] = torch.save) -> Path:
+    """Write ``obj`` to ``path`` atomically (tmp file + fsync + rename) with ``dump(obj, file)``
+    (``torch.save`` by default; e.g. a pickle dump for the replay buffer). Returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
+            dump(obj, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -562,7 +562,8 @@ class Trainer:
         folder = self.run_dir / "checkpoints"
         if self.config.save_replay and envs is not None:
             replay_path = folder / (name + ".replay")
-            _save_pickle_atomic(self.buffer, replay_path)
+            checkpoint.save_atomic(self.buffer, replay_path,
+                                   dump=lambda obj, f: pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL))
             state["replay_file"] = replay_path.name
         return checkpoint.save_atomic(state, folder / name)
 
@@ -632,20 +633,6 @@ def _set_env_states(envs, states: list[Any]) -> bool:
         return True
     except Exception:
         return False
-
-
-def _save_pickle_atomic(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def train(config: Config, **kwargs: Any) -> dict[str, Any]:
