@@ -370,6 +370,35 @@ def test_grayscale_resize_converts_rgb_then_resizes_with_inter_area():
         GrayscaleResize(_RgbEnv(), 0)
 
 
+class _GrayEnv(gym.Env):
+    """Shows one given (H, W) uint8 frame."""
+
+    def __init__(self, shape):
+        self.observation_space = spaces.Box(0, 255, shape, np.uint8)
+        self.action_space = spaces.Discrete(1)
+        self.frame = np.zeros(shape, np.uint8)
+
+    def reset(self, *, seed=None, options=None):
+        return self.frame, {}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    size=st.sampled_from([84, 44, 36, 63, 105, 160, 210, 300]),
+    levels=st.sampled_from([2, 9, 256]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_grayscale_resize_is_bit_identical_to_opencv_uint8_inter_area(size, levels, seed):
+    # Shrinks by non-integer factors (84, 44, 36, 63) take the faster float32 route; integer
+    # factors (105) and enlargements (160 on one axis, 210, 300) stay on OpenCV's uint8 route.
+    rng = np.random.default_rng(seed)
+    env = GrayscaleResize(_GrayEnv(SCREEN), size)
+    env.unwrapped.frame = rng.choice(rng.integers(0, 256, levels).astype(np.uint8), SCREEN)
+    obs, _ = env.reset()
+    np.testing.assert_array_equal(obs, cv2.resize(env.unwrapped.frame, (size, size), interpolation=cv2.INTER_AREA))
+    assert (env._float_frame is not None) == (size in (84, 44, 36, 63))
+
+
 # ---------------------------------------------------------------------------------------------
 # Real ROMs
 

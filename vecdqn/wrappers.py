@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import math
 import pickle
 from collections.abc import Callable
@@ -298,6 +299,13 @@ class GrayscaleResize(gym.ObservationWrapper):
     as in gymnasium's ``AtariPreprocessing`` (Mnih et al. 2015 used bilinear scaling of the
     luminance; area averaging keeps thin sprites such as Breakout's ball from vanishing).
 
+    Speed: for a shrink by a non-integer factor (210 x 160 -> 84 x 84), OpenCV's area
+    resampling computes in float32 and rounds once at the end whatever the input type, but its
+    float32 entry point runs ~1.7x faster than its uint8 one (~65 vs ~115 us per Atari frame
+    here). So the frame is resized as float32 and rounded (half to even, as OpenCV does), which
+    gives the uint8 result bit for bit; the constructor checks that on random frames with the
+    installed OpenCV and falls back to the uint8 call if it ever differs.
+
     Raises:
         ValueError: ``screen_size < 1`` or an observation space that is not a 2-D or
             ``(H, W, 3)`` uint8 Box.
@@ -320,13 +328,48 @@ class GrayscaleResize(gym.ObservationWrapper):
         self.observation_space = spaces.Box(
             0, 255, (self.screen_size, self.screen_size), dtype=np.uint8
         )
+        gray_shape = tuple(space.shape[:2])
+        self._float_frame = (
+            np.empty(gray_shape, dtype=np.float32)
+            if _float_area_matches(gray_shape, self.screen_size)
+            else None
+        )
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
         if self._rgb:
             observation = cv2.cvtColor(observation, cv2.COLOR_RGB2GRAY)
-        return cv2.resize(
-            observation, (self.screen_size, self.screen_size), interpolation=cv2.INTER_AREA
-        )
+        return _area_resize(observation, self.screen_size, self._float_frame)
+
+
+def _area_resize(frame: np.ndarray, size: int, scratch: np.ndarray | None) -> np.ndarray:
+    """``(H, W) uint8 -> (size, size) uint8`` by ``cv2.INTER_AREA``; through float32 (in
+    ``scratch``, ``(H, W) float32``) when given, see `GrayscaleResize`."""
+    if scratch is None:
+        return cv2.resize(frame, (size, size), interpolation=cv2.INTER_AREA)
+    np.copyto(scratch, frame)
+    small = cv2.resize(scratch, (size, size), interpolation=cv2.INTER_AREA)
+    return np.rint(small, out=small).astype(np.uint8)
+
+
+@functools.cache
+def _float_area_matches(shape: tuple[int, int], size: int) -> bool:
+    """Whether the float32 route of `_area_resize` equals OpenCV's uint8 ``INTER_AREA`` here.
+
+    Only shrinks by a non-integer factor on both axes qualify: OpenCV resizes integer factors and
+    enlargements of uint8 frames with fixed-point arithmetic, which float32 would not reproduce.
+    Checked once per shape on a few random frames (also frames of few distinct levels, like game
+    screens, and extremes), and by the unit tests on real game frames.
+    """
+    h, w = shape
+    if not (h > size and w > size and h % size and w % size):
+        return False
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 256, shape, dtype=np.uint8) for _ in range(4)]
+    frames += [rng.choice(np.array([0, 1, 127, 128, 254, 255], np.uint8), shape) for _ in range(4)]
+    scratch = np.empty(shape, dtype=np.float32)
+    return all(
+        np.array_equal(_area_resize(f, size, scratch), _area_resize(f, size, None)) for f in frames
+    )
 
 
 class FrameStack(gym.Wrapper):
@@ -383,7 +426,10 @@ class FrameStack(gym.Wrapper):
 
 
 # Wrapper attributes that are structure, not state: never saved or overwritten by a snapshot.
-_STRUCTURE = frozenset({"env", "_action_space", "_observation_space", "_metadata", "_cached_spec", "_reward_range"})
+_STRUCTURE = frozenset({
+    "env", "_action_space", "_observation_space", "_metadata", "_cached_spec", "_reward_range",
+    "_float_frame",  # GrayscaleResize's scratch buffer
+})
 
 
 def get_env_state(env: gym.Env) -> bytes:
