@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -133,14 +134,19 @@ def _check_args(args: argparse.Namespace) -> None:
             raise UsageError(
                 f"--video {args.video} must end in .mp4 (the mp4v codec needs an mp4 container)"
             )
-        if not video.parent.is_dir():
-            raise UsageError(
-                f"--video {args.video}: folder {video.parent} does not exist; create it first"
-            )
-    if args.json is not None and not Path(args.json).parent.is_dir():
-        raise UsageError(
-            f"--json {args.json}: folder {Path(args.json).parent} does not exist; create it first"
-        )
+        _check_output("--video", video)
+    if args.json is not None:
+        _check_output("--json", Path(args.json))
+
+
+def _check_output(flag: str, path: Path) -> None:
+    """Refuse an output path that could not be written, before any game is played."""
+    if not path.parent.is_dir():
+        raise UsageError(f"{flag} {path}: folder {path.parent} does not exist; create it first")
+    if path.is_dir():
+        raise UsageError(f"{flag} {path} is a folder; give a file name")
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"{flag} {path} is not writable; choose a path you can write")
 
 
 def format_table(result: EvalResult, policy: Policy) -> str:

@@ -274,6 +274,8 @@ def test_corrupt_checkpoint_exits_2_with_one_line(tmp_path):
         (["--noop-max", "-1"], "--noop-max"),
         (["--video", "best.avi"], ".mp4"),
         (["--episodes", "many"], "--episodes"),
+        (["--json", "."], "is a folder"),  # refused before any game is played
+        (["--json", "no/such/folder/x.json"], "does not exist"),
     ],
 )
 def test_bad_options_exit_2_with_one_line(tmp_path, capsys, args, word):

@@ -71,6 +71,7 @@ def test_smoke_run_on_breakout(tmp_path):
         (["--learning-starts", "8"], "--learning-starts 8 is below --batch-size 32"),
         (["--total-steps", "1000", "--learning-starts", "5000"], "--learning-starts 5000 is above --total-steps 1000"),
         (["--buffer-size", str(10**10)], "GiB"),
+        (["--num-envs", "100000"], "--num-envs 100000"),  # open-file limit or memory, before any worker
     ],
 )
 def test_bad_input_exits_2_with_one_line(args, message, tmp_path):
@@ -111,6 +112,8 @@ def test_corrupt_checkpoint_on_resume_exits_2(tmp_path):
         (["--env-id", "CartPole-v1"], "--env-id CartPole-v1"),
         (["--device", "cuda:abc"], "--device 'cuda:abc' is not a device name"),
         (["--per-alpha", "nan"], "--per-alpha nan"),
+        # valid alone, but FIRE's one agent step of 100,000 frames ends every game it starts
+        (["--frame-skip", "100000", "--total-steps", "100", "--learning-starts", "50"], "--frame-skip 100000"),
     ],
 )
 def test_more_bad_input_exits_2(args, message, tmp_path):

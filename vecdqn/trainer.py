@@ -139,9 +139,20 @@ def preflight(config: Config, *, resuming: bool = False) -> None:
         # One env in this process, before any worker: catches envs whose observations the
         # pipeline cannot use (e.g. CartPole's vector) with the wrapper's own message.
         env = make_env(config.env_id, **wrapper_options(config))
-        env.close()
     except ValueError as err:
         raise ConfigError(f"--env-id {config.env_id}: {err}") from None
+    try:
+        # ...and one reset, which plays the no-ops and FIRE: options that cannot start a game
+        # (e.g. a --frame-skip so long that FIRE's one agent step ends the game) fail here.
+        env.reset(seed=config.seed)
+    except (ValueError, RuntimeError) as err:
+        raise ConfigError(
+            f"--env-id {config.env_id} cannot start a game with these options ({err}); check --frame-skip "
+            f"{config.frame_skip} (frames per agent step), --noop-max {config.noop_max} and --max-episode-frames "
+            f"{config.max_episode_frames}"
+        ) from None
+    finally:
+        env.close()
     log_dir = Path(config.log_dir)
     if not resuming and config.run_name and (log_dir / config.run_name / "config.json").exists():
         raise ConfigError(
@@ -157,14 +168,40 @@ def preflight(config: Config, *, resuming: bool = False) -> None:
         raise ConfigError(
             f"--log-dir {config.log_dir} is not writable ({err.strerror}); choose a folder you can write"
         ) from None
+    _check_worker_limits(config.num_envs)
     need = PrioritizedReplayBuffer.bytes_needed(
         config.buffer_size, (config.frame_stack, config.screen_size, config.screen_size)
     )
+    workers = config.num_envs * _WORKER_BYTES
     free = available_memory_bytes()
-    if free is not None and need > free:
+    if free is not None and need + workers > free:
         raise ConfigError(
-            f"--buffer-size {config.buffer_size} needs {need / 2**30:.1f} GiB for the replay but only "
-            f"{free / 2**30:.1f} GiB are free; use a smaller --buffer-size"
+            f"--buffer-size {config.buffer_size} needs {need / 2**30:.1f} GiB for the replay and --num-envs "
+            f"{config.num_envs} about {workers / 2**30:.1f} GiB for the env workers, but only {free / 2**30:.1f} GiB "
+            f"are free; use a smaller --buffer-size or fewer --num-envs"
+        )
+
+
+# Resident memory of one env worker process, measured ~48 MiB for an ALE game (most of it shared
+# with the parent when forked); counted in full so that spawned workers fit too.
+_WORKER_BYTES = 50 * 2**20
+# File descriptors the parent holds per env worker (its pipe end, the process sentinel, slack).
+_FDS_PER_WORKER = 4
+
+
+def _check_worker_limits(num_envs: int) -> None:
+    """Refuse more env workers than the process's open-file limit can hold (each worker needs a
+    pipe), instead of failing halfway through starting them."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):  # no such limit on this platform
+        return
+    if soft != resource.RLIM_INFINITY and num_envs * _FDS_PER_WORKER + 64 > soft:
+        raise ConfigError(
+            f"--num-envs {num_envs} needs about {num_envs * _FDS_PER_WORKER + 64} open files but this process may "
+            f"open {soft} (ulimit -n); use at most {(soft - 64) // _FDS_PER_WORKER} envs or raise the limit"
         )
 
 
@@ -375,7 +412,10 @@ class Trainer:
         if start and "obs" in start:
             obs, actions = start["obs"], start["actions"]
         else:
-            obs, _ = envs.reset(seed=c.seed if self.step == 0 else c.seed + self.step)
+            try:
+                obs, _ = envs.reset(seed=c.seed if self.step == 0 else c.seed + self.step)
+            except Exception as err:  # a worker's exception, re-raised by gymnasium
+                raise WorkerError(f"{_failed_workers(envs)} failed to reset: {type(err).__name__}: {err}") from err
             actions = agent.act(obs, self.epsilon(self.step))
         # Updates are due every train_frequency agent steps from learn_from on; update_offset is
         # the update count at learn_from (non-zero after a resume that had to refill the replay).
