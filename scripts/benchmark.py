@@ -9,7 +9,9 @@ Sections (each adds its own flags; run several at once by passing several):
   (impl ``python_loop``, the anchor) and against `StackedReplayBuffer` (impl ``stacked``).
   Ops: ``add`` of N envs' transitions (``batch_size`` = N); ``sample(B)`` followed by
   ``update_priorities(B)`` at B = 32 and 512; ``priorities``, the same minus reading the
-  transitions (find, weights, set: the part the tree's vectorization speeds up). All on buffers
+  transitions (find, weights, set: the part the tree's vectorization speeds up); and next to
+  sample+update, impl ``copy_floor``: the bare copy of the 2·B·S frames a sample returns, from
+  places like a sample's in the same frame array, which no priority structure can speed up. All on buffers
   filled by the real ``add``. Then bytes per slot from the arrays' ``nbytes`` and the process RSS
   after filling. The stacked buffer needs 56 KiB per transition, so it runs at a smaller capacity
   (``--replay-stacked-capacity``), and ``vecdqn`` is timed at that capacity too for a
@@ -290,6 +292,30 @@ def replay_section(args: argparse.Namespace) -> list[Row]:
             return time_block(step, calls) * 1e6
         return run
 
+    def floor_runner(batch, calls):
+        """The memory-copy floor of a sample: the bytes of obs and next_obs, 2·B·S frames, copied
+        from the main buffer's frame array into a fresh array in one gather, and nothing else. The
+        places are a sample's: B stratified positions (sorted, one per equal segment of the
+        slots), each read as S consecutive frames ending there and S ending one later; fresh ones
+        every call, so that caches help no more than they help a real sample."""
+        frames, s = main._frames, obs_shape[0]
+
+        def slots() -> np.ndarray:  # (2B, S)
+            newest = ((np.arange(batch) + rng.random(batch)) * ((capacity - s) / batch)).astype(np.int64) + s - 1
+            stacks = newest[:, None] + np.arange(1 - s, 1)
+            return np.concatenate([stacks, stacks + 1])
+
+        picks = [slots() for _ in range(64)]
+
+        def places():
+            while True:
+                yield from picks
+
+        def run() -> float:
+            place = places()
+            return time_block(lambda: frames[next(place)], calls) * 1e6
+        return run
+
     def priority_runner(index, batch, calls):
         """The priority structure alone: what sample + update_priorities do besides reading the
         transitions (stratified find, weights, then setting B priorities)."""
@@ -319,6 +345,7 @@ def replay_section(args: argparse.Namespace) -> list[Row]:
             "vecdqn": sample_runner(main, batch, vector_index, calls=max(4, 4096 // batch)),
             "stacked": sample_runner(stacked, batch, calls=max(4, 4096 // batch)),
             "vecdqn@small": sample_runner(side, batch, calls=max(4, 4096 // batch)),
+            "copy_floor": floor_runner(batch, calls=max(4, 4096 // batch)),
         }))
     for batch in args.replay_batches:
         ops.append(("priorities", batch, {
@@ -356,8 +383,11 @@ def replay_section(args: argparse.Namespace) -> list[Row]:
         v, loop = value("sample+update", "vecdqn", batch), value("sample+update", "python_loop", batch)
         ratio = value("sample+update", "vecdqn", batch, small) / value("sample+update", "stacked", batch, small)
         tree = value("priorities", "python_loop", batch) / value("priorities", "vecdqn", batch)
+        floor = value("sample+update", "copy_floor", batch)
         print(f"  B={batch}: vecdqn sample+update {v:.0f} us, {loop / v:.1f}x faster than python_loop "
               f"({tree:.0f}x on the priorities alone); {ratio:.2f}x the stacked buffer's at capacity {small:,}")
+        print(f"        copy floor (the 2·B·S frames alone) {floor:.0f} us = {floor / v:.0%} of vecdqn's "
+              f"sample+update; no buffer can beat {loop / floor:.1f}x python_loop")
     print(f"  {main.nbytes / capacity:,.0f} bytes per slot (target <= 7,300); RSS after filling "
           f"{rss_after / 2**30:.2f} GiB (target <= 8 GiB); buffer fill {fill_seconds:.0f} s\n")
     return rows

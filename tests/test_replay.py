@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vecdqn import replay
 from vecdqn.replay import (
     PrioritizedReplayBuffer,
     ReplayIndexError,
@@ -36,9 +37,33 @@ def chi2_critical(dof: int, z: float = 3.72) -> float:
     return dof * (1.0 - h + z * math.sqrt(h)) ** 3
 
 
+K = replay._BRANCH
+
+
+def make_tree(capacity: int, top: int = replay._TOP_NODES) -> SumTree:
+    """A `SumTree` whose top level has at most ``top`` nodes: with ``top=1`` even a tree of a few
+    leaves has K-ary levels all the way up (the layout is fixed at construction)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(replay, "_TOP_NODES", top)
+        return SumTree(capacity)
+
+
 def internal_nodes_are_sums(tree: SumTree) -> bool:
-    nodes = tree._nodes
-    return bool(np.array_equal(nodes[1:tree._n_leaves], nodes[2::2] + nodes[3::2]))
+    """Each level's running sums are 0 then the in-order running sums of the K values below
+    (leaves, or the last running sums of the level below), close to NumPy's pairwise sums too;
+    the top's running sums end in the total; padding leaves are 0."""
+    values = tree._leaves
+    ok = not values[tree.capacity:].any()
+    for prefix in tree._prefix:
+        children = values.reshape(-1, K)  # (nodes, K); the level's padding nodes (rows) have none
+        rows = len(children)
+        ok &= not prefix[:, 0].any() and not prefix[rows:].any()
+        ok &= np.array_equal(prefix[:rows, 1:], np.cumsum(children, axis=1))
+        ok &= np.allclose(prefix[:rows, -1], children.sum(axis=1), rtol=1e-12, atol=0)
+        values = prefix[:, -1]
+    cumsum = tree._top_cumsum
+    ok &= cumsum[0] == 0 and np.array_equal(cumsum[1:], np.cumsum(values)) and tree.total == cumsum[-1]
+    return bool(ok and np.isclose(tree.total, values.sum(), rtol=1e-12, atol=0))
 
 
 def check_find(tree: SumTree, p: np.ndarray, prefix: np.ndarray) -> None:
@@ -60,20 +85,23 @@ def check_find(tree: SumTree, p: np.ndarray, prefix: np.ndarray) -> None:
 
 @st.composite
 def tree_operations(draw):
-    # small trees are searched whole; above 2**10 leaves the per-level descent and paths run
-    capacity = draw(st.integers(1, 70) | st.integers(1025, 5000))
+    # Trees of at most `top` leaves are searched whole; above, K-ary levels run. Padding edges:
+    # 1, K, K + 1, K^2 + 1 leaves with top = 1 (K-ary up to one node), and around 4096 (the top).
+    top = draw(st.sampled_from([1, 2 * K, replay._TOP_NODES]))
+    capacity = draw(st.integers(1, 70) | st.sampled_from([1, K, K + 1, K * K, K * K + 1])
+                    | st.integers(4090, 4200))
     index = st.integers(0, capacity - 1)
     value = st.floats(0.0, 1e3, allow_nan=False) | st.sampled_from([0.0, 1.0, 1e-300])
     ops = draw(st.lists(st.tuples(st.lists(index, min_size=1, max_size=12),
                                   st.lists(value, min_size=12, max_size=12)), max_size=12))
-    return capacity, ops
+    return capacity, top, ops
 
 
 @FAST
 @given(tree_operations(), st.lists(st.floats(-1.0, 2.0), min_size=1, max_size=20))
 def test_sum_tree_matches_naive_array(case, fractions):
-    capacity, ops = case
-    tree, naive = SumTree(capacity), np.zeros(capacity)
+    capacity, top, ops = case
+    tree, naive = make_tree(capacity, top), np.zeros(capacity)
     for indices, values in ops:
         values = values[: len(indices)]
         tree[indices] = values
@@ -89,11 +117,11 @@ def test_sum_tree_matches_naive_array(case, fractions):
 @FAST
 @given((st.integers(1, 40) | st.integers(2000, 3000)).flatmap(lambda n: st.tuples(
     st.just(n), st.lists(st.integers(0, n - 1), min_size=1, max_size=60),
-    st.lists(st.floats(0, 10), min_size=60, max_size=60))))
-def test_duplicate_indices_last_value_wins(case):
+    st.lists(st.floats(0, 10), min_size=60, max_size=60))), st.sampled_from([1, replay._TOP_NODES]))
+def test_duplicate_indices_last_value_wins(case, top):
     capacity, indices, values = case
     values = np.array(values[: len(indices)])
-    tree = SumTree(capacity)
+    tree = make_tree(capacity, top)
     tree[np.array(indices)] = values
     last = {i: v for i, v in zip(indices, values, strict=True)}
     for i in range(capacity):
@@ -102,15 +130,16 @@ def test_duplicate_indices_last_value_wins(case):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(1, 3000), st.floats(0.0, 1.0), st.integers(0, 2**32 - 1))
-def test_find_never_returns_an_empty_leaf_with_extreme_priorities(capacity, fill, seed):
+@given(st.integers(1, 3000) | st.integers(4097, 70000), st.floats(0.0, 1.0), st.integers(0, 2**32 - 1),
+       st.sampled_from([1, replay._TOP_NODES]))
+def test_find_never_returns_an_empty_leaf_with_extreme_priorities(capacity, fill, seed, top):
     rng = np.random.default_rng(seed)
     filled = max(1, int(capacity * fill))
     p = np.zeros(capacity)
     p[:filled] = 10.0 ** rng.uniform(-8, 8, filled)  # 16 orders of magnitude
     p[:filled][rng.random(filled) < 0.3] = 0.0  # holes inside the filled part
     p[rng.integers(filled)] = 1e-8
-    tree = SumTree(capacity)
+    tree = make_tree(capacity, top)
     tree[np.arange(capacity)] = p
     total = tree.total
     edges = np.array([0.0, -1.0, total, total * (1 + 1e-15), np.nextafter(total, 0), 2 * total,
@@ -147,6 +176,62 @@ def test_sum_tree_basics_and_errors():
         tree[[1, 2]] = [1.0, 2.0, 3.0]
     with pytest.raises(ValueError, match="all 0"):
         SumTree(3).find([0.0])
+    with pytest.raises(ValueError, match="NaN"):
+        tree.find([1.0, np.nan])
+
+
+def test_find_takes_the_last_positive_child_when_v_rounds_past_the_sums():
+    # Rounding can leave a remainder at or above a node's last running sum; simulate it by
+    # raising the total of a tree whose top is one node (K-ary levels all the way up) above the
+    # sum of the leaves: prefix sums near the total then run past the last positive child at
+    # every level, and must still land on a positive leaf.
+    capacity = K * K + 3
+    tree = make_tree(capacity, top=1)
+    p = np.zeros(capacity)
+    p[[0, 5, K + 1, K * K - 2]] = [1.0, 2.0, 3.0, 4.0]  # the last leaves and the padding stay 0
+    tree[np.arange(capacity)] = p
+    tree._top_cumsum[-1] *= 1.5
+    assert tree.find([tree.total, 10.0 + 1e-9, 12.0]).tolist() == [K * K - 2] * 3
+    assert tree.find([0.0, 2.5, 5.5]).tolist() == [0, 5, K + 1]
+
+
+@pytest.mark.parametrize("capacity, top", [(1, 1), (K + 1, 1), (K * K + 1, 1), (5000, 2 * K), (70000, 4096)])
+def test_priority_index_updates_equal_a_rebuild(capacity, top):
+    # Batches smaller and larger than a level (the whole-level path), duplicates across calls,
+    # zeros; the sums, minima and count must equal those rebuilt from the leaves.
+    rng = np.random.default_rng(capacity)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(replay, "_TOP_NODES", top)
+        index, rebuilt = replay._PriorityIndex(capacity), replay._PriorityIndex(capacity)
+    for size in (1, 7, 600, 3, 2000):
+        idx = np.unique(rng.integers(0, capacity, size))
+        values = rng.exponential(size=idx.size) * (rng.random(idx.size) < 0.8)
+        index.set(idx, values)
+        rebuilt.load(index.leaves().copy())
+        np.testing.assert_array_equal(index.tree._nodes, rebuilt.tree._nodes)
+        np.testing.assert_array_equal(index._mins, rebuilt._mins)
+        assert internal_nodes_are_sums(index.tree)
+        leaves = index.leaves()
+        assert index.count == np.count_nonzero(leaves)
+        assert index.min_positive == (leaves[leaves > 0].min() if leaves.any() else np.inf)
+    copy = pickle.loads(pickle.dumps(index))
+    np.testing.assert_array_equal(copy.tree._nodes, index.tree._nodes)
+    assert copy.min_positive == index.min_positive and copy.count == index.count
+
+
+def test_pickles_of_the_binary_tree_still_load():
+    # Saved replays (--save-replay) from before the K-ary tree: a binary heap, node 1 the root,
+    # leaf i at node 2**depth + i, and per-block minima.
+    capacity, depth = 5, 3
+    heap = np.zeros(2 << depth)
+    heap[8:13] = [1.0, 0.0, 3.0, 0.5, 0.0]
+    old_tree = SumTree.__new__(SumTree)
+    old_tree.__setstate__({"_capacity": capacity, "_depth": depth, "_nodes": heap})
+    assert old_tree[np.arange(5)].tolist() == [1.0, 0.0, 3.0, 0.5, 0.0] and old_tree.total == 4.5
+    assert internal_nodes_are_sums(old_tree) and old_tree.find([1.5, 4.2]).tolist() == [2, 3]
+    index = replay._PriorityIndex.__new__(replay._PriorityIndex)
+    index.__setstate__({"tree": old_tree, "_block_min": np.array([0.5]), "count": 3})
+    assert index.min_positive == 0.5 and index.count == 3 and index.total == 4.5
 
 
 # -- prioritized sampling ------------------------------------------------------------------------

@@ -41,17 +41,19 @@ __all__ = [
     "SumTree",
 ]
 
-# Levels of the sum tree with at most 2**_TOP_LEVEL nodes are handled whole: `find` searches a
-# cumulative sum of that level instead of descending through every level above it, and an update
-# recomputes each of those levels with one vectorized add over the level. At 2**10 nodes both cost
-# about as much as one level of the per-index path, and they remove ten of the ~20 levels of a
-# 2**20-leaf tree from the Python loop, whose per-level NumPy call overhead is what dominates at
-# the batch sizes DQN uses.
-_TOP_LEVEL = 10
-# The buffers keep the minimum positive priority per block of this many leaves (for the
-# importance-weight normalization): an update rescans only the touched blocks, a query takes the
-# minimum over C / 256 block minima.
-_MIN_BLOCK = 256
+# The sum tree is K-ary, K = 2**_BRANCH_BITS children per node, from the leaves up to a top level
+# of at most _TOP_NODES nodes. At the batch sizes DQN uses, a batched tree operation costs
+# NumPy's per-call overhead (1-2 µs a call) once per level, more than its arithmetic: a binary
+# tree over 2**20 leaves has 20 levels; this one has two 16-ary levels under a top of 4096 nodes,
+# which `find` searches with one `searchsorted`. (K = 32 costs about the same at B = 32 but more
+# at B = 512, where the per-row work on (B, K) blocks, np.cumsum above all, starts to count.)
+# Running sums come from np.cumsum, not from a product with a triangular matrix of ones: that is
+# faster per call, but OpenBLAS goes multi-threaded above ~1M multiply-adds (B >= 1024 at K = 32)
+# and then took 7.7 ms instead of ~30 µs on a busy 2-core machine; it also sums in an order NumPy
+# does not promise, and `find` relies on in-order running sums (see `SumTree`).
+_BRANCH_BITS = 4
+_BRANCH = 1 << _BRANCH_BITS
+_TOP_NODES = 4096
 
 
 class ReplayIndexError(IndexError, ValueError):
@@ -106,14 +108,67 @@ def _last_wins(idx: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndar
 # -- sum tree ------------------------------------------------------------------------------------
 
 
-class SumTree:
-    """A binary sum tree over ``capacity`` non-negative float64 priorities, vectorized with NumPy.
+def _level_sizes(capacity: int) -> list[int]:
+    """Nodes per level, leaves first, up to the first level of at most `_TOP_NODES` nodes (the
+    top). Every level below the top is padded with zero nodes to a multiple of K; the level above
+    it has one node per K of them."""
+    sizes = [capacity]
+    while sizes[-1] > _TOP_NODES:
+        sizes[-1] = -(-sizes[-1] // _BRANCH) * _BRANCH
+        sizes.append(sizes[-1] // _BRANCH)
+    return sizes
 
-    Heap layout in one array: node 1 is the root, node ``x`` has children ``2x`` and ``2x + 1``,
-    leaf ``i`` is node ``P + i`` where ``P`` (a power of two >= capacity) pads the tree; padding
-    leaves stay 0 and are never found. Every internal node is *exactly* (in float64) the sum of
-    its two children: updates recompute parents from children level by level, never by adding
-    deltas, so rounding cannot drift.
+
+def _split(array: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
+    """Consecutive views of ``array`` of the given sizes."""
+    ends = np.cumsum(sizes).tolist()
+    return [array[end - size: end] for size, end in zip(sizes, ends, strict=True)]
+
+
+def _positive_minima(children: np.ndarray) -> np.ndarray:
+    """``(m, K) -> (m,)``: minimum of each row's positive entries (inf for none): empty slots
+    (priority 0) do not count towards the importance-weight normalization."""
+    return children.min(axis=1, initial=np.inf, where=children > 0)
+
+
+def _minima(children: np.ndarray) -> np.ndarray:
+    return children.min(axis=1)
+
+
+def _refresh(out: np.ndarray, children: np.ndarray, nodes: np.ndarray, reduce: Any) -> None:
+    """Set ``out[nodes] = reduce(children[nodes])`` for ``(n, K)`` children, ``(B,) int64`` nodes
+    (a repeated node, two changed siblings, is recomputed twice to the same value: cheaper than
+    deduplicating), and ``out`` of ``n`` rows or more (padding rows are left alone)."""
+    if len(children) <= nodes.size:  # a level no larger than the batch: all of it, in one call
+        out[: len(children)] = reduce(children)
+    else:
+        out[nodes] = reduce(children[nodes])  # (np.take would first copy a strided `children` whole)
+
+
+def _prefix_sums(children: np.ndarray) -> np.ndarray:
+    """``(m, K) -> (m, K)``: running sums along each row, added in order, so a child of zero mass
+    repeats its predecessor's sum exactly (``x + 0.0 == x``)."""
+    return np.cumsum(children, axis=1)
+
+
+class SumTree:
+    """A 16-ary prefix-sum tree over ``capacity`` non-negative float64 priorities, vectorized.
+
+    Layout, one float64 array: the leaves (priorities), then per level above them, bottom up,
+    ``prefix (n, K + 1)``: row ``j`` is 0 and the running sums of the K children of node ``j``
+    (leaves ``jK .. jK + K - 1``, or nodes of the level below), so its last column is node
+    ``j``'s value, which the level above reads as one of its children. Levels go up to the first
+    of at most 4096 nodes, the top; last, ``top_cumsum (T + 1,)``: 0 and the running sums of the
+    top's nodes, whose last entry is the total. Every level below the top is padded with zero
+    nodes to a multiple of K = 16. 2**20 leaves make prefix levels of 2**16 and 2**12 rows of 17
+    (the top is the second: 4096 nodes), 17.06 bytes per leaf in all; a tree of at most 4096 leaves
+    is its leaves and ``top_cumsum``.
+
+    Because each node stores its children's running sums, `find` needs no arithmetic but the
+    remainder: per level it gathers ``(B, K + 1)`` rows and compares. Running sums are recomputed
+    from the children (`_prefix_sums`, in order) on every update, never adjusted by deltas, so
+    rounding cannot drift, and a child of zero mass repeats its predecessor's running sum exactly,
+    so it can never be the first to exceed a prefix sum: `find` never returns an empty leaf.
 
     Usage (repeated index: the last value wins)::
 
@@ -125,7 +180,7 @@ class SumTree:
         array([0, 2, 2])
 
     Args:
-        capacity: number of leaves, >= 1 (need not be a power of two).
+        capacity: number of leaves, >= 1 (need not be a power of K).
 
     Raises:
         ValueError: ``capacity`` is not an integer >= 1.
@@ -133,28 +188,50 @@ class SumTree:
 
     def __init__(self, capacity: int):
         self._capacity = _check_int("capacity", capacity, 1)
-        self._depth = max(1, (self._capacity - 1).bit_length())  # leaves at level depth
-        self._nodes = np.zeros(2 << self._depth, dtype=np.float64)  # node 0 is unused
+        self._sizes = _level_sizes(self._capacity)
+        self._nodes = np.zeros(self._storage(self._sizes), dtype=np.float64)
         self._build_views()
 
+    @staticmethod
+    def _storage(sizes: list[int]) -> int:
+        """float64 entries of a tree with these level sizes."""
+        return sizes[0] + sum(n * (_BRANCH + 1) for n in sizes[1:]) + sizes[-1] + 1
+
     def _build_views(self) -> None:
-        depth = self._depth
-        self._n_leaves = 1 << depth
-        self._top = min(depth, _TOP_LEVEL)
-        # Row x of this view is (node 2x, node 2x + 1): the children of x in one gather.
-        self._pairs = self._nodes.reshape(-1, 2)
-        self._top_nodes = self._nodes[1 << self._top: 2 << self._top]
-        nodes = self._nodes
-        self._top_levels = [  # (level L, left children, right children), bottom level first
-            (nodes[1 << lv: 2 << lv], nodes[2 << lv: 4 << lv: 2], nodes[(2 << lv) + 1: 4 << lv: 2])
-            for lv in range(self._top - 1, -1, -1)
-        ]
+        sizes = self._sizes
+        parts = _split(self._nodes, [sizes[0], *(n * (_BRANCH + 1) for n in sizes[1:]), sizes[-1] + 1])
+        self._leaves, self._top_cumsum = parts[0], parts[-1]
+        # bottom up: the (n, K + 1) running sums of each level, and the (n, K) children they sum
+        self._prefix = [part.reshape(-1, _BRANCH + 1) for part in parts[1:-1]]
+        values = [self._leaves, *(prefix[:, -1] for prefix in self._prefix)]  # of each level
+        self._children = [level.reshape(-1, _BRANCH) for level in values[:-1]]
+        self._top = values[-1]
+
+    def _update(self, idx: np.ndarray) -> None:
+        """Recompute the running sums above leaves ``idx`` (``(B,) int64``), bottom up."""
+        node = idx
+        for children, prefix in zip(self._children, self._prefix, strict=True):
+            node = node >> _BRANCH_BITS
+            _refresh(prefix[:, 1:], children, node, _prefix_sums)
+        np.add.accumulate(self._top, out=self._top_cumsum[1:])
+
+    def _rebuild(self) -> None:
+        """Recompute every running sum from the leaves, in O(capacity)."""
+        for children, prefix in zip(self._children, self._prefix, strict=True):
+            prefix[: len(children), 1:] = _prefix_sums(children)  # (padding rows stay 0)
+        np.add.accumulate(self._top, out=self._top_cumsum[1:])
 
     def __getstate__(self) -> dict[str, Any]:
         # The views would be pickled as copies and lose their link to _nodes: rebuild them.
-        return {"_capacity": self._capacity, "_depth": self._depth, "_nodes": self._nodes}
+        return {"_capacity": self._capacity, "_sizes": self._sizes, "_nodes": self._nodes}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        if "_depth" in state:  # pickled by the binary tree (before the K-ary one): keep its leaves
+            leaves = state["_nodes"][1 << state["_depth"]:][: state["_capacity"]]
+            self.__init__(state["_capacity"])
+            self._leaves[: leaves.size] = leaves
+            self._rebuild()
+            return
         self.__dict__.update(state)
         self._build_views()
 
@@ -172,7 +249,7 @@ class SumTree:
     @property
     def total(self) -> float:
         """Sum of all priorities (the root), a float."""
-        return float(self._nodes[1])
+        return float(self._nodes[-1])
 
     def __getitem__(self, indices: Any) -> Any:
         """Priorities at ``indices``: ``int -> float``, ``(...,) int -> (...,) float64``.
@@ -183,7 +260,7 @@ class SumTree:
         """
         shape = np.shape(indices)
         idx = _check_indices(indices, self._capacity)
-        values = self._nodes[idx + self._n_leaves]
+        values = self._leaves[idx]
         return float(values[0]) if shape == () else values.reshape(shape)
 
     def __setitem__(self, indices: Any, priorities: Any) -> None:
@@ -208,35 +285,22 @@ class SumTree:
         if bad.any():
             raise ValueError(f"priorities must be finite and >= 0, got {values[bad][0]}")
         if idx.size:
-            self._assign(*_last_wins(idx, values))
-
-    def _assign(self, idx: np.ndarray, values: np.ndarray) -> None:
-        """Set leaves ``idx`` (``(B,) int64``, unique, in range) to ``values`` (``(B,) float64``,
-        checked) and recompute their ancestors."""
-        pos = idx + self._n_leaves
-        self._nodes[pos] = values
-        # Levels below the top: only the paths of the changed leaves. Repeated parents (two
-        # changed siblings) are recomputed twice to the same value, cheaper than deduplicating.
-        for _ in range(self._depth - self._top):
-            pos >>= 1
-            children = np.take(self._pairs, pos, axis=0)
-            self._nodes[pos] = children[:, 0] + children[:, 1]
-        # Top levels: whole levels, one add each.
-        for level, left, right in self._top_levels:
-            np.add(left, right, out=level)
+            idx, values = _last_wins(idx, values)
+            self._leaves[idx] = values
+            self._update(idx)
 
     def find(self, prefix_sums: Any) -> np.ndarray:
         """Leaf index per prefix sum: ``(...,) float -> (...,) int64``.
 
         Leaf ``i`` is returned for a prefix sum ``v`` with ``sum(p[:i]) <= v < sum(p[:i + 1])``.
         Whatever float rounding does, the leaf returned has a positive priority (so it is never a
-        padding leaf or an unfilled one): ``v`` is clamped into ``[0, total)``, and at each level
-        the descent goes right only if the right child has positive mass, else left (which then
-        has positive mass, being the whole of a positive parent).
+        padding leaf or an unfilled one): ``v`` is clamped into ``[0, total)``; at each level the
+        descent takes the first node whose running sum exceeds what remains of ``v`` (which has
+        positive mass: see the class docstring), or, when the remainder has rounded up to or past
+        a node's last running sum, that node's last child of positive mass.
 
-        The top ``2**10`` nodes are searched in one ``searchsorted`` over their cumulative sum;
-        below them the descent is one loop over the tree levels, each level one set of NumPy
-        operations on the whole batch.
+        Cost: one `searchsorted` over the top, then per level below (two for 2**20 leaves) a
+        gather of ``(B, K + 1)`` running sums, one comparison and one ``argmax``.
 
         Raises:
             ValueError: the tree is empty (total 0), or a prefix sum is NaN.
@@ -244,108 +308,126 @@ class SumTree:
         v = np.array(prefix_sums, dtype=np.float64)  # a copy: modified below
         shape = v.shape
         v = v.reshape(-1)
-        total = self._nodes[1]
+        cumsum = self._top_cumsum
+        total = cumsum[-1]
         if not total > 0:
             raise ValueError("find() on a sum tree whose priorities are all 0; set a positive "
                              "priority first")
-        np.maximum(v, 0.0, out=v)  # (np.clip costs twice as much; NaN passes, caught below)
+        if np.isnan(v).any():
+            raise ValueError("find() got a NaN prefix sum")
+        np.maximum(v, 0.0, out=v)  # (np.clip costs twice as much)
         np.minimum(v, np.nextafter(total, 0.0), out=v)
+        node = np.searchsorted(cumsum, v, side="right") - 1  # cumsum[node] <= v < cumsum[node + 1]
+        v -= cumsum[node]
 
-        # Top level: the first node whose cumulative sum exceeds v has positive mass (a zero
-        # node repeats its predecessor's sum, which is <= v), and v - (sum before it) >= 0.
-        top = self._top_nodes
-        cum = np.add.accumulate(top)
-        k = np.searchsorted(cum, v, side="right")
-        past = k >= top.size  # the cumulative sum rounded below total: take the last positive node
-        if past.any():
-            if np.isnan(v[past]).any():  # NaN sorts last, so it always lands here
-                raise ValueError("find() got a NaN prefix sum")
-            k[past] = np.flatnonzero(top)[-1]
-        before = cum[np.maximum(k - 1, 0)]
-        before[k == 0] = 0.0
-        v -= before
-        idx = k + top.size
-
-        for _ in range(self._depth - self._top):
-            children = np.take(self._pairs, idx, axis=0)
-            left = children[:, 0]
-            right = (v >= left) & (children[:, 1] > 0)
-            np.subtract(v, left, out=v, where=right)
-            idx <<= 1
-            idx += right
-        return (idx - self._n_leaves).reshape(shape)
+        rows = np.arange(v.size)
+        remainder = v[:, None]  # a view: follows v
+        for prefix in reversed(self._prefix):  # top level first
+            sums = np.take(prefix, node, axis=0)  # (B, K + 1) running sums of node's children
+            hit = sums[:, 1:] > remainder
+            k = hit.argmax(axis=1)  # the first child whose running sum exceeds v
+            if not hit[:, -1].all():  # v rounded up to or past the node's value
+                past = ~hit[:, -1]
+                grows = sums[past, 1:] > sums[past, :-1]  # children of positive mass
+                k[past] = _BRANCH - 1 - grows[:, ::-1].argmax(axis=1)
+            v -= sums[rows, k]
+            node <<= _BRANCH_BITS
+            node += k
+        return node.reshape(shape)
 
 
 class _PriorityIndex:
     """The replay buffers' priorities: a `SumTree` plus the count and the minimum of the positive
     priorities, all updated together. A slot with priority 0 holds no sampleable transition.
 
-    The minimum feeds the importance-weight normalization; it is kept per block of `_MIN_BLOCK`
-    leaves so an update rescans only the blocks it touched.
+    The minimum feeds the importance-weight normalization. It is kept in a min tree of the sum
+    tree's shape above the leaves (float64, one node per node of the sum tree's levels up to the
+    top): each node of the first level holds the minimum positive priority of its K leaves (inf:
+    none), each node above the minimum of its K children; an update recomputes the touched paths
+    like the sum tree's, and `min_positive` is the minimum of the top (at most 4096 nodes).
     """
 
     def __init__(self, capacity: int):
         self.tree = SumTree(capacity)
-        n_blocks = max(1, self.tree._n_leaves // _MIN_BLOCK)
-        self._block_min = np.full(n_blocks, np.inf)
+        self._mins = np.full(sum(self.tree._sizes[1:]), np.inf)
         self.count = 0
         self._build_views()
 
     def _build_views(self) -> None:
-        tree = self.tree
-        self._offset = tree._n_leaves
-        self._leaf_blocks = tree._nodes[tree._n_leaves:].reshape(self._block_min.size, -1)
-        self._block_shift = (self._leaf_blocks.shape[1]).bit_length() - 1
+        self._min_levels = _split(self._mins, self.tree._sizes[1:])  # bottom up
+        # the children of each min level: the leaves (positive ones count), then the level below
+        self._min_children = self.tree._children[:1] + \
+            [level.reshape(-1, _BRANCH) for level in self._min_levels[:-1]]
+        # where min_positive looks: the top of the min tree, or the leaves of a tree with no levels
+        self._min_top = self._min_levels[-1] if self._min_levels else self.tree._leaves
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"tree": self.tree, "_block_min": self._block_min, "count": self.count}
+        return {"tree": self.tree, "_mins": self._mins, "count": self.count}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        if "_block_min" in state:  # pickled with per-block minima (before the min tree): rebuild
+            self.__init__(state["tree"].capacity)
+            self.load(state["tree"]._leaves[: self.tree.capacity])
+            return
         self.__dict__.update(state)
         self._build_views()
 
     @property
+    def nbytes(self) -> int:
+        """Bytes of the sum tree and the min tree."""
+        return self.tree._nodes.nbytes + self._mins.nbytes
+
+    @staticmethod
+    def bytes_needed(capacity: int) -> int:
+        """``nbytes`` of a `_PriorityIndex` of ``capacity`` leaves."""
+        sizes = _level_sizes(capacity)
+        return 8 * (SumTree._storage(sizes) + sum(sizes[1:]))
+
+    @property
     def total(self) -> float:
-        return float(self.tree._nodes[1])
+        return float(self.tree._nodes[-1])
 
     @property
     def min_positive(self) -> float:
-        return float(self._block_min.min())
+        """The smallest positive priority (inf when there is none)."""
+        top = self._min_top
+        return float(top.min(initial=np.inf, where=top > 0))
 
     def get(self, idx: np.ndarray) -> np.ndarray:
         """``(B,) int64`` in range -> ``(B,) float64`` priorities (a copy)."""
-        return self.tree._nodes[idx + self._offset]
+        return self.tree._leaves[idx]
 
     def find(self, prefix_sums: np.ndarray) -> np.ndarray:
         return self.tree.find(prefix_sums)
 
     def leaves(self) -> np.ndarray:
         """``(C,) float64`` view of all priorities."""
-        return self.tree._nodes[self._offset: self._offset + self.tree.capacity]
+        return self.tree._leaves[: self.tree.capacity]
 
     def load(self, priorities: np.ndarray) -> None:
-        """Replace every priority (``(C,) float64``, >= 0) and rebuild the tree, the block minima
+        """Replace every priority (``(C,) float64``, >= 0) and rebuild the sum tree, the min tree
         and the count in O(C)."""
         self.leaves()[:] = priorities
-        nodes = self.tree._nodes
-        for level in range(self.tree._depth - 1, -1, -1):
-            np.add(nodes[2 << level: 4 << level: 2], nodes[(2 << level) + 1: 4 << level: 2],
-                   out=nodes[1 << level: 2 << level])
-        blocks = self._leaf_blocks
-        self._block_min[:] = blocks.min(axis=1, initial=np.inf, where=blocks > 0)
+        self.tree._rebuild()
+        reduce = _positive_minima
+        for children, level in zip(self._min_children, self._min_levels, strict=True):
+            level[: len(children)] = reduce(children)
+            reduce = _minima
         self.count = int(np.count_nonzero(priorities))
 
     def set(self, idx: np.ndarray, values: np.ndarray) -> None:
         """Set ``(B,) int64`` unique, in-range slots to ``(B,) float64`` priorities >= 0."""
         if idx.size == 0:
             return
-        was = np.count_nonzero(self.tree._nodes[idx + self._offset])
-        self.count += np.count_nonzero(values) - was
-        self.tree._assign(idx, values)
-        blocks = idx >> self._block_shift
-        rows = np.take(self._leaf_blocks, blocks, axis=0)
-        # empty slots (priority 0) do not count towards the minimum
-        self._block_min[blocks] = rows.min(axis=1, initial=np.inf, where=rows > 0)
+        leaves = self.tree._leaves
+        self.count += np.count_nonzero(values) - np.count_nonzero(leaves[idx])
+        leaves[idx] = values
+        self.tree._update(idx)
+        node, reduce = idx, _positive_minima
+        for children, level in zip(self._min_children, self._min_levels, strict=True):
+            node = node >> _BRANCH_BITS
+            _refresh(level, children, node, reduce)
+            reduce = _minima
 
 
 # -- the sample ------------------------------------------------------------------------------------
@@ -646,9 +728,8 @@ class StackedReplayBuffer(_ReplayBase):
     @property
     def nbytes(self) -> int:
         """Bytes held by the storage arrays and the priorities."""
-        arrays = (self._obs, self._next_obs, self._actions, self._rewards, self._terminated,
-                  self._index.tree._nodes, self._index._block_min)
-        return sum(a.nbytes for a in arrays)
+        arrays = (self._obs, self._next_obs, self._actions, self._rewards, self._terminated)
+        return sum(a.nbytes for a in arrays) + self._index.nbytes
 
     def add(self, obs: Any, actions: Any, rewards: Any, next_obs: Any, terminated: Any,
             truncated: Any = None) -> np.ndarray:
@@ -743,10 +824,12 @@ class PrioritizedReplayBuffer(_ReplayBase):
         horizon      uint8            steps h in that return (< n only at an episode end)
         terminated   bool             the return ended in a termination
         next_offset  uint8            slots from here to the bootstrap observation's newest frame
-        priority     2 × float64      the sum tree's leaf and its share of the internal nodes
+        priority     ~17.6 bytes      float64 leaf of the sum tree, its running sum in the level
+                                      above (float64), its share of the levels above that and of
+                                      the min tree (see `SumTree`, `_PriorityIndex`)
 
-    = ``H·W + 9`` bytes, + 16 for the tree (when ``capacity`` is a power of two; up to 32 when it
-    is just above one) = 7,081 bytes for an 84×84 frame. An observation is the stack of a slot's
+    = ``H·W + 9`` bytes, + about 17.6 for the priorities (the tree pads ``capacity`` to a multiple
+    of 16) = 7,083 bytes for an 84×84 frame. An observation is the stack of a slot's
     frame with the ``S - 1`` before it, each position clamped to the slot's segment start; it is
     rebuilt at sample time by one fancy index over ``(B, S)`` slot numbers, for ``obs`` and
     ``next_obs`` alike.
@@ -841,18 +924,16 @@ class PrioritizedReplayBuffer(_ReplayBase):
         s, frame = shape[0], int(np.prod(shape[1:]))
         per_slot = frame + 1 + 1 + 4 + 1 + np.dtype(_uint_for(n_step)).itemsize + \
             np.dtype(_uint_for(2 * s * n_step)).itemsize
-        leaves = 1 << max(1, (capacity - 1).bit_length())
-        tree = 2 * leaves * 8 + max(1, leaves // _MIN_BLOCK) * 8
-        return capacity * per_slot + tree
+        return capacity * per_slot + _PriorityIndex.bytes_needed(capacity)
 
     @property
     def nbytes(self) -> int:
         """Bytes held by the storage arrays, the priorities and the per-env state."""
         arrays = [self._frames, self._start, self._actions, self._returns, self._horizon,
-                  self._terminated, self._next_offset, self._index.tree._nodes, self._index._block_min]
+                  self._terminated, self._next_offset]
         if self._n_envs is not None:
             arrays += [self._last_next_obs, self._queue_slot, self._queue_reward, self._queue_oldest]
-        return sum(a.nbytes for a in arrays)
+        return sum(a.nbytes for a in arrays) + self._index.nbytes
 
     @property
     def n_envs(self) -> int | None:
@@ -1043,12 +1124,15 @@ class PrioritizedReplayBuffer(_ReplayBase):
         local = indices - base
         next_local = (local + self._next_offset[indices]) % self._ring
         stacks = self._stack_slots(np.concatenate([base, base]), np.concatenate([local, next_local]))
+        # One gather for obs and next_obs, (2B, S, H, W); each half is C-contiguous. The copy of
+        # 2·B·S random frames is most of sample()'s time, and no layout makes it smaller.
+        frames = self._frames[stacks]
         terminated = self._terminated[indices]
         return ReplaySample(
-            obs=self._frames[stacks[:b]],
+            obs=frames[:b],
             actions=self._actions[indices].astype(np.int64),
             rewards=self._returns[indices],
-            next_obs=self._frames[stacks[b:]],
+            next_obs=frames[b:],
             terminated=terminated,
             weights=weights,
             indices=indices,
