@@ -75,3 +75,15 @@ def test_broken_learner_does_not_learn(tmp_path, broken_learner):
     trainer.run()
     ok, mean_return, start_q = learned(trainer, episodes=50)
     assert not ok, (broken_learner, mean_return, start_q)
+
+
+@pytest.mark.slow
+def test_catch_preset_learns_with_compile(tmp_path):
+    """``--compile`` (torch.compile of the online network) is offered because the same learning
+    test passes with it. Slow (compilation on CPU needs a C++ compiler and ~1-2 min): not in CI."""
+    trainer = Trainer(preset(tmp_path, "--compile"), progress=False, handle_signals=False)
+    assert trainer.config.compile
+    summary = trainer.run()
+    assert summary["mean_return"] >= 0.8, summary
+    ok, mean_return, start_q = learned(trainer)
+    assert ok, (mean_return, start_q)
