@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--video",
         metavar="PATH.mp4",
         default=None,
-        help="write the best game, every raw frame in colour at 60 fps, to this mp4",
+        help="write the best game, every raw frame in colour at the game's frame rate (60 fps for Atari), to this mp4",
     )
     parser.add_argument(
         "--seed",
@@ -118,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check_args(args: argparse.Namespace) -> None:
+    if args.seed is not None and not 0 <= args.seed < 2**32:
+        raise UsageError(f"--seed {args.seed} must be in [0, 2**32)")
     if args.episodes < 1:
         raise UsageError(f"--episodes {args.episodes} must be at least 1")
     if not (0.0 <= args.epsilon <= 1.0):
@@ -140,13 +142,27 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def _check_output(flag: str, path: Path) -> None:
-    """Refuse an output path that could not be written, before any game is played."""
+    """Refuse an output path that could not be written, or whose writing would destroy a file
+    that is not an earlier output of this kind, before any game is played."""
+    if path.parent.exists() and not path.parent.is_dir():
+        raise UsageError(f"{flag} {path}: {path.parent} is a file, not a folder")
     if not path.parent.is_dir():
         raise UsageError(f"{flag} {path}: folder {path.parent} does not exist; create it first")
     if path.is_dir():
         raise UsageError(f"{flag} {path} is a folder; give a file name")
     if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise UsageError(f"{flag} {path} is not writable; choose a path you can write")
+    if flag == "--json" and path.exists() and not _is_json(path):
+        raise UsageError(f"--json {path} exists and is not a JSON file; refusing to overwrite it (a checkpoint?), "
+                         "choose another path")
+
+
+def _is_json(path: Path) -> bool:
+    try:
+        json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return True
 
 
 def format_table(result: EvalResult, policy: Policy) -> str:
@@ -195,7 +211,7 @@ def format_table(result: EvalResult, policy: Policy) -> str:
         rows.append(
             (
                 "video",
-                f"{result.video_path} (episode {result.best_episode + 1}, "
+                f"{result.video_path} (game {result.best_episode + 1} of {len(result.returns)}, "
                 f"score {result.returns[result.best_episode]:g})",
             )
         )

@@ -52,6 +52,14 @@ def test_preset_sets_defaults_but_explicit_options_win():
         (["--total-steps", "100", "--learning-starts", "1000"], "--learning-starts 1000 is above --total-steps 100"),
         (["--gamma", "1.5"], "--gamma 1.5 must be in [0, 1]"),
         (["--preset", "nope"], "--preset 'nope' is unknown"),
+        (["--seed", "-1"], "--seed -1 must be in [0, 2**32)"),
+        (["--n-step", "100000"], "--n-step 100000 is too long"),
+        (["--buffer-size", "64", "--batch-size", "8", "--learning-starts", "8", "--n-step", "3"],
+         "leaves 8 slots per env"),  # 8 envs: each ring must hold 2 stacks and an n-step window
+        (["--run-name", "../escape"], "--run-name '../escape' must be a plain folder name"),
+        (["--per-alpha", "-1"], "--per-alpha -1.0 must be a finite number >= 0"),
+        (["--max-grad-norm", "-1"], "--max-grad-norm -1.0 must be a finite number >= 0"),
+        (["--total-steps", "abc"], "invalid int value: 'abc'"),  # argparse's own error, in one line
     ],
 )
 def test_bad_values_exit_2_with_one_line(argv, message, capsys):

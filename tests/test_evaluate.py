@@ -276,6 +276,7 @@ def test_corrupt_checkpoint_exits_2_with_one_line(tmp_path):
         (["--episodes", "many"], "--episodes"),
         (["--json", "."], "is a folder"),  # refused before any game is played
         (["--json", "no/such/folder/x.json"], "does not exist"),
+        (["--seed", "-1"], "--seed -1"),
     ],
 )
 def test_bad_options_exit_2_with_one_line(tmp_path, capsys, args, word):
@@ -364,3 +365,20 @@ def test_docstring_examples():
 
     failed, attempted = doctest.testmod(vecdqn.evaluation)
     assert attempted >= 3 and failed == 0
+
+
+def test_json_never_overwrites_a_file_that_is_not_json(tmp_path, capsys):
+    """``--json`` pointed at the checkpoint itself (or any non-JSON file) is refused before playing;
+    an earlier JSON report may be replaced."""
+    spec = importlib.util.spec_from_file_location("vecdqn_evaluate_script", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    path = _save_fresh_checkpoint(tmp_path / "c.pt", "BreakoutNoFrameskip-v4", 4)
+    before = path.read_bytes()
+    assert script.main([str(path), "--json", str(path)]) == 2
+    assert "not a JSON file" in capsys.readouterr().err
+    assert path.read_bytes() == before
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert script.main([str(path), "--json", str(blocker / "out.json")]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """Runs that survive: exact resume, signals, crashed workers, non-finite losses."""
 
+import json
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import torch
 from vecdqn import checkpoint
 from vecdqn.catch import Catch
 from vecdqn.config import PRESETS, Config
-from vecdqn.trainer import NonFiniteError, Trainer, WorkerError
+from vecdqn.trainer import ConfigError, NonFiniteError, Trainer, WorkerError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,6 +45,7 @@ def test_resume_with_saved_replay_matches_an_uninterrupted_run(tmp_path):
     run_dir = tmp_path / "b" / "run"
     resumed = Trainer.from_checkpoint(run_dir, {"total_steps": 600}, progress=False).run()
     assert resumed["steps"] == 600 and resumed["updates"] == straight["updates"]
+    assert resumed["episodes"] == straight["episodes"]  # the game count continues across the resume
 
     a, b = parameters(Path(straight["run_dir"])), parameters(run_dir)
     assert a.keys() == b.keys()
@@ -58,6 +60,14 @@ def test_resume_without_replay_refills_first(tmp_path):
     assert summary["steps"] == 400
     # Learning waited for learning_starts (100) fresh transitions after the resume at step 200.
     assert trainer.learn_from == 300
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["total_steps"] == 400
+
+
+@pytest.mark.parametrize("option", ["log_dir", "run_name"])
+def test_resume_refuses_to_move_the_run(tmp_path, option):
+    Trainer(catch_config(tmp_path, total_steps=200, run_name="run"), progress=False).run()
+    with pytest.raises(ConfigError, match="cannot be given with --resume"):
+        Trainer.from_checkpoint(tmp_path / "run", {"total_steps": 400, option: "elsewhere"}, progress=False)
 
 
 def _descendants(pid: int) -> list[psutil.Process]:

@@ -21,10 +21,12 @@ import math
 import os
 import sys
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, NoReturn
 
 # The smallest frame the Nature-DQN torso turns into at least one 1×1 feature map.
 MIN_SCREEN_SIZE = 36
+# Longest n-step return accepted (the return matrix is n x n; Rainbow, Hessel et al. 2018, uses 3).
+MAX_N_STEP = 1000
 
 # Options that fix the shape of the networks, the envs or the replay: a resumed run keeps them.
 FIXED_ON_RESUME = ("env_id", "num_envs", "frame_skip", "frame_stack", "screen_size", "dueling", "hidden_size",
@@ -131,12 +133,17 @@ class Config:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{_flag(name)} {value} must be in [0, 1]")
-        if not (self.per_alpha >= 0 and self.per_eps > 0 and self.max_grad_norm >= 0) or not all(
-                math.isfinite(v) for v in (self.per_alpha, self.per_eps, self.max_grad_norm)):
-            raise ValueError(
-                f"--per-alpha {self.per_alpha} must be >= 0, --per-eps {self.per_eps} > 0 and "
-                f"--max-grad-norm {self.max_grad_norm} >= 0"
-            )
+        for name, value, ok, allowed in [
+            ("per_alpha", self.per_alpha, self.per_alpha >= 0, ">= 0 (0: uniform sampling)"),
+            ("per_eps", self.per_eps, self.per_eps > 0, "> 0"),
+            ("max_grad_norm", self.max_grad_norm, self.max_grad_norm >= 0, ">= 0 (0: no clipping)"),
+        ]:
+            if not (ok and math.isfinite(value)):
+                raise ValueError(f"{_flag(name)} {value} must be a finite number {allowed}")
+        if not 0 <= self.seed < 2**32:
+            raise ValueError(f"--seed {self.seed} must be in [0, 2**32) (env i is seeded seed + i)")
+        if self.seed + self.num_envs > 2**32:
+            raise ValueError(f"--seed {self.seed} + --num-envs {self.num_envs} exceeds 2**32; use a smaller seed")
         if self.screen_size < MIN_SCREEN_SIZE:
             raise ValueError(
                 f"--screen-size {self.screen_size} is too small for the Nature-DQN torso (8×8/4, 4×4/2, 3×3/1 "
@@ -156,6 +163,22 @@ class Config:
             raise ValueError(
                 f"--learning-starts {self.learning_starts} is above --total-steps {self.total_steps}; "
                 "the run would end before its first update"
+            )
+        if self.n_step > MAX_N_STEP:
+            raise ValueError(f"--n-step {self.n_step} is too long; use at most {MAX_N_STEP} (Rainbow uses 3)")
+        ring = self.buffer_size // self.num_envs
+        if ring < 2 * self.frame_stack + self.n_step:
+            raise ValueError(
+                f"--buffer-size {self.buffer_size} split over --num-envs {self.num_envs} leaves {ring} slots per env; "
+                f"with --frame-stack {self.frame_stack} and --n-step {self.n_step} use at least "
+                f"{self.num_envs * (2 * self.frame_stack + self.n_step)}"
+            )
+        if self.run_name and (
+            self.run_name in (".", "..") or "/" in self.run_name or "\\" in self.run_name
+        ):
+            raise ValueError(
+                f"--run-name {self.run_name!r} must be a plain folder name (no '/', not '.' or '..'); the run is "
+                f"written to --log-dir/<run-name>"
             )
         if self.device != "auto" and not (self.device == "cpu" or self.device.startswith("cuda")
                                           or self.device == "mps"):
@@ -213,9 +236,16 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line (not the whole usage of ~50 options)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``scripts/train.py``, generated from `Config`'s fields."""
-    parser = argparse.ArgumentParser(
+    parser = _OneLineErrors(
         prog="train.py",
         description="Train a DQN agent (double DQN, dueling network, prioritized replay) on an Atari game. "
         "All counts are agent steps summed over envs (1 agent step = frame-skip emulator frames) "

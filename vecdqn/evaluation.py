@@ -793,7 +793,7 @@ def evaluate(
         truncated=np.asarray(truncations, dtype=bool),
         epsilon=float(epsilon),
         seed=seed,
-        noop_max=noop_max,
+        noop_max=noop_max if frame_tap.is_ale else 0,  # non-ALE envs get no no-op starts
         max_episode_frames=max_episode_frames,
         best_episode=int(np.argmax(returns_arr)),
         fire_on_life_loss=fire_action is not None,

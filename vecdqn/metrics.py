@@ -35,6 +35,7 @@ class MetricsLogger:
         window: number of recent games the bar's and `mean_return`'s mean is taken over.
         progress: show the progress bar.
         episode_history: recent (return, length) pairs to restore on resume.
+        episodes: games finished before a resume (the count continues from it).
     """
 
     def __init__(
@@ -47,6 +48,7 @@ class MetricsLogger:
         window: int = 100,
         progress: bool = True,
         episode_history: list[tuple[float, float]] | None = None,
+        episodes: int = 0,
     ):
         self.writer = SummaryWriter(run_dir)
         self.returns: collections.deque[float] = collections.deque(maxlen=window)
@@ -54,7 +56,7 @@ class MetricsLogger:
         for r, length in episode_history or []:
             self.returns.append(float(r))
             self.lengths.append(float(length))
-        self.episodes = 0
+        self.episodes = episodes
         if initial_step == 0:
             self._write_config(config)
         # Redraw at most every 0.5 s on a terminal; in a log file (no TTY) every 30 s, so the

@@ -140,14 +140,18 @@ def preflight(config: Config, *, resuming: bool = False) -> None:
         # pipeline cannot use (e.g. CartPole's vector) with the wrapper's own message.
         env = make_env(config.env_id, **wrapper_options(config))
     except ValueError as err:
-        raise ConfigError(f"--env-id {config.env_id}: {err}") from None
+        raise ConfigError(
+            f"--env-id {config.env_id} cannot be used: {err}. vecdqn trains on envs with image observations, "
+            "such as ALE games ('ALE/Breakout-v5') or 'vecdqn/Catch-v0'"
+        ) from None
     try:
         # ...and one reset, which plays the no-ops and FIRE: options that cannot start a game
         # (e.g. a --frame-skip so long that FIRE's one agent step ends the game) fail here.
         env.reset(seed=config.seed)
-    except (ValueError, RuntimeError) as err:
+    except Exception as err:  # whatever the env raises (gymnasium's own errors included)
         raise ConfigError(
-            f"--env-id {config.env_id} cannot start a game with these options ({err}); check --frame-skip "
+            f"--env-id {config.env_id} cannot start a game with these options ({type(err).__name__}: {err}); "
+            f"check --frame-skip "
             f"{config.frame_skip} (frames per agent step), --noop-max {config.noop_max} and --max-episode-frames "
             f"{config.max_episode_frames}"
         ) from None
@@ -254,6 +258,13 @@ class Trainer:
         file = resolve_checkpoint(path)
         state = checkpoint.load(file, required=("config", "agent", "step", "format"))
         saved = state["config"]
+        for name in ("log_dir", "run_name"):
+            if name in (overrides or {}):
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(
+                    f"{flag} {overrides[name]} cannot be given with --resume: the run continues in its own folder "
+                    f"{file.parent.parent}"
+                )
         for name in FIXED_ON_RESUME:
             if name in (overrides or {}) and overrides[name] != saved.get(name):
                 flag = "--" + name.replace("_", "-")
@@ -340,8 +351,9 @@ class Trainer:
         self._seed()
         self._schedules()
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        if self.resume_state is None:
-            (self.run_dir / "config.json").write_text(c.to_json())
+        # On resume too: the file then shows the settings the run continues with (e.g. a longer
+        # --total-steps).
+        (self.run_dir / "config.json").write_text(c.to_json())
 
         # Envs first: forked workers then do not inherit the replay's memory or torch's threads.
         self.envs = envs = self._make_envs()
@@ -362,6 +374,7 @@ class Trainer:
             self.logger = MetricsLogger(
                 str(self.run_dir), c.to_dict(), c.total_steps, initial_step=self.step, progress=self.progress,
                 episode_history=(self.resume_state or {}).get("episode_history"),
+                episodes=(self.resume_state or {}).get("episodes", 0),
             )
             if self.resume_state is not None:
                 self.logger.write(f"resumed {self.run_dir} at agent step {self.step}")
@@ -587,6 +600,7 @@ class Trainer:
             "update_offset": getattr(self, "update_offset", 0),
             "next_sync": getattr(self, "next_sync", None),
             "episode_history": list(zip(self.logger.returns, self.logger.lengths, strict=True)) if self.logger else [],
+            "episodes": self.logger.episodes if self.logger else (self.resume_state or {}).get("episodes", 0),
             "rng": {
                 "python": random.getstate(),
                 "numpy_global": np.random.get_state(),
