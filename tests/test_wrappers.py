@@ -370,35 +370,6 @@ def test_grayscale_resize_converts_rgb_then_resizes_with_inter_area():
         GrayscaleResize(_RgbEnv(), 0)
 
 
-class _GrayEnv(gym.Env):
-    """Shows one given (H, W) uint8 frame."""
-
-    def __init__(self, shape):
-        self.observation_space = spaces.Box(0, 255, shape, np.uint8)
-        self.action_space = spaces.Discrete(1)
-        self.frame = np.zeros(shape, np.uint8)
-
-    def reset(self, *, seed=None, options=None):
-        return self.frame, {}
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    size=st.sampled_from([84, 44, 36, 63, 105, 160, 210, 300]),
-    levels=st.sampled_from([2, 9, 256]),
-    seed=st.integers(0, 2**32 - 1),
-)
-def test_grayscale_resize_is_bit_identical_to_opencv_uint8_inter_area(size, levels, seed):
-    # Shrinks by non-integer factors (84, 44, 36, 63) take the faster float32 route; integer
-    # factors (105) and enlargements (160 on one axis, 210, 300) stay on OpenCV's uint8 route.
-    rng = np.random.default_rng(seed)
-    env = GrayscaleResize(_GrayEnv(SCREEN), size)
-    env.unwrapped.frame = rng.choice(rng.integers(0, 256, levels).astype(np.uint8), SCREEN)
-    obs, _ = env.reset()
-    np.testing.assert_array_equal(obs, cv2.resize(env.unwrapped.frame, (size, size), interpolation=cv2.INTER_AREA))
-    assert (env._float_frame is not None) == (size in (84, 44, 36, 63))
-
-
 # ---------------------------------------------------------------------------------------------
 # Real ROMs
 
@@ -487,6 +458,80 @@ def test_matches_gymnasium_atari_preprocessing(env_id, max_frames):
             np.testing.assert_array_equal(obs, ref_obs)
     assert ends >= 2
     assert stale >= 1  # the ending steps did exercise the stale-frame difference
+
+
+def _layer(env: gym.Env, kind: type) -> gym.Wrapper:
+    while not isinstance(env, kind):
+        env = env.env
+    return env
+
+
+@pytest.mark.parametrize(
+    ("env_id", "options", "expected"),
+    [
+        # life losses and game overs (mid-skip ones included)
+        ("ALE/Breakout-v5", {}, {"terminated", "game"}),
+        # life losses and 701-frame truncations (ending 1 frame into a skip)
+        ("ALE/Breakout-v5", dict(max_episode_frames=701), {"terminated", "truncated", "game"}),
+        # sticky actions; truncations 3 frames into a skip (Pong has no lives)
+        ("ALE/Pong-v5", dict(max_episode_frames=1503, repeat_action_probability=0.25, episodic_life=False),
+         {"truncated", "game"}),
+    ],
+)
+def test_max_and_skip_direct_path_equals_stepping_the_layers(env_id, options, expected):
+    """MaxAndSkip's direct ALE path gives what frame-by-frame stepping through NoopReset,
+    RecordEpisodeStatistics and gymnasium's checkers gives: observations, rewards, flags, info
+    (the game's statistics included) and the statistics' queues."""
+    direct, layered = make_env(env_id, **options), make_env(env_id, **options)
+    _layer(layered, MaxAndSkip)._direct = None
+    assert _layer(direct, MaxAndSkip)._direct is not None
+    rng = np.random.default_rng(5)
+    assert np.array_equal(direct.reset(seed=9)[0], layered.reset(seed=9)[0])
+    ends = {"terminated": 0, "truncated": 0, "game": 0}
+    for _ in range(1500):
+        action = int(rng.integers(direct.action_space.n))
+        obs, reward, terminated, truncated, info = direct.step(action)
+        ref_obs, ref_reward, ref_terminated, ref_truncated, ref_info = layered.step(action)
+        np.testing.assert_array_equal(obs, ref_obs)
+        assert (reward, terminated, truncated) == (ref_reward, ref_terminated, ref_truncated)
+        assert type(reward) is type(ref_reward)
+        game, ref_game = info.pop("episode", None), ref_info.pop("episode", None)
+        assert info == ref_info
+        assert (game is None) == (ref_game is None)
+        if game is not None:
+            assert (game["r"], game["l"]) == (ref_game["r"], ref_game["l"])
+            ends["game"] += 1
+        if terminated or truncated:
+            ends["terminated"] += terminated
+            ends["truncated"] += truncated
+            obs, info = direct.reset()
+            ref_obs, ref_info = layered.reset()
+            np.testing.assert_array_equal(obs, ref_obs)
+            assert info.keys() == ref_info.keys()
+    assert {kind for kind, count in ends.items() if count} >= expected, ends
+    stats, ref_stats = _layer(direct, RecordEpisodeStatistics), _layer(layered, RecordEpisodeStatistics)
+    assert list(stats.return_queue) == list(ref_stats.return_queue)
+    assert list(stats.length_queue) == list(ref_stats.length_queue)
+    assert stats.episode_count == ref_stats.episode_count
+
+
+def test_max_and_skip_steps_the_layers_under_any_other_wrapper():
+    """A wrapper MaxAndSkip does not know (here one that counts frames, as evaluation's recorder
+    does) sees every frame: the direct path is off."""
+
+    class CountFrames(gym.Wrapper):
+        frames = 0
+
+        def step(self, action):
+            self.frames += 1
+            return self.env.step(action)
+
+    env = make_env("ALE/Breakout-v5", base_wrapper=CountFrames, noop_max=0, fire_reset=False)
+    assert _layer(env, MaxAndSkip)._direct is None
+    env.reset(seed=0)
+    for _ in range(10):
+        env.step(0)
+    assert _layer(env, CountFrames).frames == 40
 
 
 def _ale(env: gym.Env):

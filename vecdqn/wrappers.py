@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import copy
 import difflib
-import functools
 import math
 import pickle
+import time
 from collections.abc import Callable
 from typing import Any, SupportsFloat
 
@@ -146,20 +146,29 @@ class MaxAndSkip(gym.Wrapper):
         episode ends at f6:  o = x5 v x6 (f7, f8 are never played)
         episode ends at f5:  o = x5
 
-    Every frame goes through ``self.env.step`` so the RecordEpisodeStatistics below sees every
-    reward and counts frames, and termination, truncation and ``info`` are exactly the ALE
-    env's. That also fetches every frame's screen, not only the two pooled ones: any frame can
-    be the one before a game over, whose max needs it, and the ALE has no way to render a past
-    frame. The cost is small next to emulation (measured per frame on Breakout: ~90 us to
-    emulate, ~13 us to fetch the grayscale screen; the Python wrapper layers between here and the
-    ALE add no measurable time over calling ``ale.act`` directly). Observations: ``(H, W)`` or
-    ``(H, W, C)`` uint8, the env's own shape.
+    **Direct path.** When every layer between this wrapper and the ALE env only passes steps
+    through (NoopReset, gymnasium's RecordEpisodeStatistics, OrderEnforcing and
+    PassiveEnvChecker: `make_env`'s chain), each frame is one ``ale.act`` and one
+    ``getScreenGrayscale`` straight into the two-frame buffer, and this wrapper does the
+    RecordEpisodeStatistics bookkeeping for the skipped layers (return, length in frames, and
+    ``info["episode"]`` when the game ends); ``info`` has the ALE env's keys (``lives``,
+    ``episode_frame_number``, ``frame_number``) of the last frame. Same observations, rewards,
+    flags and info as stepping the layers frame by frame (tested on Breakout and Pong, game overs
+    and truncations included). Measured on Breakout, 2 cores, interleaved: 1.08-1.12x the agent
+    steps/s of 8 envs in worker processes, ~1.03x in one process (emulation, ~90 us a frame,
+    dominates). The first step after construction, and every step of any other chain (e.g.
+    evaluation's frame recorder), goes through ``self.env.step``; ``direct=False`` forces that.
+
+    Every frame's screen is fetched, not only the two pooled ones: any frame can be the one
+    before a game over, whose max needs it, and the ALE cannot render a past frame (a state
+    snapshot per step would cost more than the two fetches it saves: ~55 vs ~26 us).
+    Observations: ``(H, W)`` or ``(H, W, C)`` uint8, the env's own shape.
 
     Raises:
         ValueError: ``skip < 1``.
     """
 
-    def __init__(self, env: gym.Env, skip: int = 4):
+    def __init__(self, env: gym.Env, skip: int = 4, *, direct: bool = True):
         super().__init__(env)
         _check_int("skip", skip, 1, "use 1 (no frame skipping) or more frames per agent step")
         self.skip = int(skip)
@@ -169,8 +178,39 @@ class MaxAndSkip(gym.Wrapper):
         # Two preallocated frames: the env may reuse its screen buffer between steps, so the
         # previous frame is copied out before the next step overwrites it.
         self._frames = np.zeros((2, *space.shape), dtype=space.dtype)
+        self._direct = _direct_ale(env) if direct else None
+        self._checked = False  # the first step goes through the layers (their own checks)
 
     def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
+        if self._direct is not None and self._checked:
+            return self._direct_step(action)
+        result = self._layered_step(action)
+        self._checked = True
+        return result
+
+    def _direct_step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        ale, action_set, stats = self._direct
+        act, fetch = ale.act, ale.getScreenGrayscale
+        ale_action = action_set[action]  # as AtariEnv.step maps it
+        frames = self._frames
+        total_reward = 0.0
+        produced = 0
+        for _ in range(self.skip):
+            total_reward += act(ale_action, 1.0)
+            fetch(frames[produced & 1])
+            produced += 1
+            if ale.game_over():  # termination or truncation
+                break
+        terminated = ale.game_over(with_truncation=False)
+        truncated = ale.game_truncated()
+        info = {"lives": ale.lives(), "episode_frame_number": ale.getEpisodeFrameNumber(),
+                "frame_number": ale.getFrameNumber()}
+        if stats is not None:
+            _record_frames(stats, total_reward, produced, terminated or truncated, info)
+        pooled = frames[0].copy() if produced == 1 else np.maximum(frames[0], frames[1])
+        return pooled, total_reward, terminated, truncated, info
+
+    def _layered_step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
         total_reward = 0.0
         terminated = truncated = False
         info: dict[str, Any] = {}
@@ -189,6 +229,58 @@ class MaxAndSkip(gym.Wrapper):
             # A fresh array: callers (and FrameStack) may keep references.
             pooled = np.maximum(frames[0], frames[1])
         return pooled, total_reward, terminated, truncated, info
+
+
+# Wrappers that pass `step` through unchanged, so MaxAndSkip may talk to the ALE under them.
+_PASS_THROUGH = (NoopReset, gym.wrappers.common.OrderEnforcing, gym.wrappers.common.PassiveEnvChecker)
+# RecordEpisodeStatistics' state that MaxAndSkip's direct path keeps up to date.
+_STATS_FIELDS = ("episode_returns", "episode_lengths", "episode_count", "episode_start_time", "time_queue",
+                 "return_queue", "length_queue")
+
+
+def _direct_ale(env: gym.Env) -> tuple[ale_py.ALEInterface, Any, gym.wrappers.RecordEpisodeStatistics | None] | None:
+    """``(ale, action_set, stats)`` when every layer of ``env`` only passes steps through (at most one
+    RecordEpisodeStatistics, ``stats``) down to a one-frame grayscale ALE env; else None."""
+    stats = None
+    layer = env
+    while isinstance(layer, gym.Wrapper):
+        if type(layer) is gym.wrappers.RecordEpisodeStatistics and stats is None:
+            stats = layer
+        elif type(layer) not in _PASS_THROUGH:
+            return None
+        layer = layer.env
+    if stats is not None and (
+        getattr(stats, "_stats_key", None) != _EPISODE_KEY or not all(hasattr(stats, f) for f in _STATS_FIELDS)
+    ):
+        return None
+    base = layer
+    if not (
+        isinstance(base, ale_py.AtariEnv)
+        and getattr(base, "_frameskip", None) == 1
+        and getattr(base, "_obs_type", None) == "grayscale"
+        and getattr(base, "continuous", True) is False
+        and getattr(base, "sound_obs", True) is False
+    ):
+        return None
+    return base.ale, base._action_set, stats
+
+
+def _record_frames(
+    stats: gym.wrappers.RecordEpisodeStatistics, reward: float, frames: int, ended: bool, info: dict[str, Any]
+) -> None:
+    """What ``stats.step`` would have recorded for ``frames`` frames worth ``reward`` in all (the
+    rewards are integers, so their sum is exact in any order), the last of which ``ended`` the
+    game: gymnasium's RecordEpisodeStatistics, whose state this updates, has no call for it."""
+    stats.episode_returns += reward
+    stats.episode_lengths += frames
+    if ended:
+        seconds = round(time.perf_counter() - stats.episode_start_time, 6)
+        info[_EPISODE_KEY] = {"r": stats.episode_returns, "l": stats.episode_lengths, "t": seconds}
+        stats.time_queue.append(seconds)
+        stats.return_queue.append(stats.episode_returns)
+        stats.length_queue.append(stats.episode_lengths)
+        stats.episode_count += 1
+        stats.episode_start_time = time.perf_counter()
 
 
 class EpisodicLife(gym.Wrapper):
@@ -300,13 +392,6 @@ class GrayscaleResize(gym.ObservationWrapper):
     as in gymnasium's ``AtariPreprocessing`` (Mnih et al. 2015 used bilinear scaling of the
     luminance; area averaging keeps thin sprites such as Breakout's ball from vanishing).
 
-    Speed: for a shrink by a non-integer factor (210 x 160 -> 84 x 84), OpenCV's area
-    resampling computes in float32 and rounds once at the end whatever the input type, but its
-    float32 entry point runs ~1.7x faster than its uint8 one (~65 vs ~115 us per Atari frame
-    here). So the frame is resized as float32 and rounded (half to even, as OpenCV does), which
-    gives the uint8 result bit for bit; the constructor checks that on random frames with the
-    installed OpenCV and falls back to the uint8 call if it ever differs.
-
     Raises:
         ValueError: ``screen_size < 1`` or an observation space that is not a 2-D or
             ``(H, W, 3)`` uint8 Box.
@@ -329,48 +414,13 @@ class GrayscaleResize(gym.ObservationWrapper):
         self.observation_space = spaces.Box(
             0, 255, (self.screen_size, self.screen_size), dtype=np.uint8
         )
-        gray_shape = tuple(space.shape[:2])
-        self._float_frame = (
-            np.empty(gray_shape, dtype=np.float32)
-            if _float_area_matches(gray_shape, self.screen_size)
-            else None
-        )
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
         if self._rgb:
             observation = cv2.cvtColor(observation, cv2.COLOR_RGB2GRAY)
-        return _area_resize(observation, self.screen_size, self._float_frame)
-
-
-def _area_resize(frame: np.ndarray, size: int, scratch: np.ndarray | None) -> np.ndarray:
-    """``(H, W) uint8 -> (size, size) uint8`` by ``cv2.INTER_AREA``; through float32 (in
-    ``scratch``, ``(H, W) float32``) when given, see `GrayscaleResize`."""
-    if scratch is None:
-        return cv2.resize(frame, (size, size), interpolation=cv2.INTER_AREA)
-    np.copyto(scratch, frame)
-    small = cv2.resize(scratch, (size, size), interpolation=cv2.INTER_AREA)
-    return np.rint(small, out=small).astype(np.uint8)
-
-
-@functools.cache
-def _float_area_matches(shape: tuple[int, int], size: int) -> bool:
-    """Whether the float32 route of `_area_resize` equals OpenCV's uint8 ``INTER_AREA`` here.
-
-    Only shrinks by a non-integer factor on both axes qualify: OpenCV resizes integer factors and
-    enlargements of uint8 frames with fixed-point arithmetic, which float32 would not reproduce.
-    Checked once per shape on a few random frames (also frames of few distinct levels, like game
-    screens, and extremes), and by the unit tests on real game frames.
-    """
-    h, w = shape
-    if not (h > size and w > size and h % size and w % size):
-        return False
-    rng = np.random.default_rng(0)
-    frames = [rng.integers(0, 256, shape, dtype=np.uint8) for _ in range(4)]
-    frames += [rng.choice(np.array([0, 1, 127, 128, 254, 255], np.uint8), shape) for _ in range(4)]
-    scratch = np.empty(shape, dtype=np.float32)
-    return all(
-        np.array_equal(_area_resize(f, size, scratch), _area_resize(f, size, None)) for f in frames
-    )
+        return cv2.resize(
+            observation, (self.screen_size, self.screen_size), interpolation=cv2.INTER_AREA
+        )
 
 
 class FrameStack(gym.Wrapper):
@@ -429,7 +479,7 @@ class FrameStack(gym.Wrapper):
 # Wrapper attributes that are structure, not state: never saved or overwritten by a snapshot.
 _STRUCTURE = frozenset({
     "env", "_action_space", "_observation_space", "_metadata", "_cached_spec", "_reward_range",
-    "_float_frame",  # GrayscaleResize's scratch buffer
+    "_direct",  # MaxAndSkip's handles on the layers below
 })
 
 
