@@ -138,12 +138,15 @@ def _check_args(args: argparse.Namespace) -> None:
             )
         _check_output("--video", video)
     if args.json is not None:
-        _check_output("--json", Path(args.json))
+        report = Path(args.json)
+        _check_output("--json", report)
+        if report.exists() and not _is_json(report):
+            raise UsageError(f"--json {report} exists and is not a JSON file; refusing to overwrite it (a "
+                             "checkpoint?), choose another path")
 
 
 def _check_output(flag: str, path: Path) -> None:
-    """Refuse an output path that could not be written, or whose writing would destroy a file
-    that is not an earlier output of this kind, before any game is played."""
+    """Refuse an output path that could not be written, before any game is played."""
     if path.parent.exists() and not path.parent.is_dir():
         raise UsageError(f"{flag} {path}: {path.parent} is a file, not a folder")
     if not path.parent.is_dir():
@@ -152,9 +155,6 @@ def _check_output(flag: str, path: Path) -> None:
         raise UsageError(f"{flag} {path} is a folder; give a file name")
     if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise UsageError(f"{flag} {path} is not writable; choose a path you can write")
-    if flag == "--json" and path.exists() and not _is_json(path):
-        raise UsageError(f"--json {path} exists and is not a JSON file; refusing to overwrite it (a checkpoint?), "
-                         "choose another path")
 
 
 def _is_json(path: Path) -> bool:

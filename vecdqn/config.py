@@ -118,28 +118,28 @@ class Config:
         for name in positive:
             value = getattr(self, name)
             if value < 1:
-                raise ValueError(f"{_flag(name)} {value} must be a positive integer (>= 1)")
+                raise ValueError(f"{option_flag(name)} {value} must be a positive integer (>= 1)")
         for name in ["learning_starts", "noop_max", "checkpoint_every", "eval_every", "epsilon_decay_steps",
                      "torch_threads"]:
             value = getattr(self, name)
             if value < 0:
-                raise ValueError(f"{_flag(name)} {value} must be >= 0")
+                raise ValueError(f"{option_flag(name)} {value} must be >= 0")
         for name in ["learning_rate", "adam_eps", "worker_timeout"]:
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
-                raise ValueError(f"{_flag(name)} {value} must be a positive number")
+                raise ValueError(f"{option_flag(name)} {value} must be a positive number")
         for name in ["gamma", "repeat_action_probability", "epsilon_start", "epsilon_end", "eval_epsilon",
                      "per_beta_start", "per_beta_end"]:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{_flag(name)} {value} must be in [0, 1]")
+                raise ValueError(f"{option_flag(name)} {value} must be in [0, 1]")
         for name, value, ok, allowed in [
             ("per_alpha", self.per_alpha, self.per_alpha >= 0, ">= 0 (0: uniform sampling)"),
             ("per_eps", self.per_eps, self.per_eps > 0, "> 0"),
             ("max_grad_norm", self.max_grad_norm, self.max_grad_norm >= 0, ">= 0 (0: no clipping)"),
         ]:
             if not (ok and math.isfinite(value)):
-                raise ValueError(f"{_flag(name)} {value} must be a finite number {allowed}")
+                raise ValueError(f"{option_flag(name)} {value} must be a finite number {allowed}")
         if not 0 <= self.seed < 2**32:
             raise ValueError(f"--seed {self.seed} must be in [0, 2**32) (env i is seeded seed + i)")
         if self.seed + self.num_envs > 2**32:
@@ -232,7 +232,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def _flag(name: str) -> str:
+def option_flag(name: str) -> str:
+    """The command-line flag of a `Config` field: ``"n_step" -> "--n-step"``."""
     return "--" + name.replace("_", "-")
 
 
@@ -260,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
             type_name = f.type if isinstance(f.type, str) else f.type.__name__
             kwargs["type"] = {"int": int, "float": float, "str": str}[type_name]
             kwargs["metavar"] = type_name.upper()
-        parser.add_argument(_flag(f.name), dest=f.name, **kwargs)
+        parser.add_argument(option_flag(f.name), dest=f.name, **kwargs)
     return parser
 
 

@@ -385,7 +385,7 @@ class _PriorityIndex:
 
     @property
     def total(self) -> float:
-        return float(self.tree._nodes[-1])
+        return self.tree.total
 
     @property
     def min_positive(self) -> float:

@@ -50,7 +50,7 @@ import torch
 import vecdqn
 from vecdqn import checkpoint
 from vecdqn.agent import DQNAgent, select_device
-from vecdqn.config import FIXED_ON_RESUME, Config, default_torch_threads
+from vecdqn.config import FIXED_ON_RESUME, Config, default_torch_threads, option_flag
 from vecdqn.evaluation import evaluate, resolve_checkpoint, video_for_tensorboard
 from vecdqn.metrics import MetricsLogger
 from vecdqn.replay import PrioritizedReplayBuffer
@@ -151,9 +151,8 @@ def preflight(config: Config, *, resuming: bool = False) -> None:
     except Exception as err:  # whatever the env raises (gymnasium's own errors included)
         raise ConfigError(
             f"--env-id {config.env_id} cannot start a game with these options ({type(err).__name__}: {err}); "
-            f"check --frame-skip "
-            f"{config.frame_skip} (frames per agent step), --noop-max {config.noop_max} and --max-episode-frames "
-            f"{config.max_episode_frames}"
+            f"check --frame-skip {config.frame_skip} (frames per agent step), --noop-max {config.noop_max} and "
+            f"--max-episode-frames {config.max_episode_frames}"
         ) from None
     finally:
         env.close()
@@ -258,21 +257,21 @@ class Trainer:
         file = resolve_checkpoint(path)
         state = checkpoint.load(file, required=("config", "agent", "step", "format"))
         saved = state["config"]
+        overrides = overrides or {}
         for name in ("log_dir", "run_name"):
-            if name in (overrides or {}):
-                flag = "--" + name.replace("_", "-")
+            if name in overrides:
                 raise ConfigError(
-                    f"{flag} {overrides[name]} cannot be given with --resume: the run continues in its own folder "
-                    f"{file.parent.parent}"
+                    f"{option_flag(name)} {overrides[name]} cannot be given with --resume: the run continues in its "
+                    f"own folder {file.parent.parent}"
                 )
         for name in FIXED_ON_RESUME:
-            if name in (overrides or {}) and overrides[name] != saved.get(name):
-                flag = "--" + name.replace("_", "-")
+            if name in overrides and overrides[name] != saved.get(name):
+                flag = option_flag(name)
                 raise ConfigError(
                     f"{flag} {overrides[name]} differs from the run's {saved.get(name)}; {flag} cannot change "
                     "on --resume (start a new run instead)"
                 )
-        config = Config.from_dict({**saved, **(overrides or {})})
+        config = Config.from_dict({**saved, **overrides})
         if config.total_steps <= int(state["step"]):
             raise ConfigError(
                 f"--total-steps {config.total_steps} is not beyond the checkpoint's agent step {state['step']}; "

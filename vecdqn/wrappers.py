@@ -207,8 +207,7 @@ class MaxAndSkip(gym.Wrapper):
                 "frame_number": ale.getFrameNumber()}
         if stats is not None:
             _record_frames(stats, total_reward, produced, terminated or truncated, info)
-        pooled = frames[0].copy() if produced == 1 else np.maximum(frames[0], frames[1])
-        return pooled, total_reward, terminated, truncated, info
+        return self._pool(produced), total_reward, terminated, truncated, info
 
     def _layered_step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
         total_reward = 0.0
@@ -223,12 +222,13 @@ class MaxAndSkip(gym.Wrapper):
             produced += 1
             if terminated or truncated:
                 break
-        if produced == 1:
-            pooled = frames[0].copy()
-        else:
-            # A fresh array: callers (and FrameStack) may keep references.
-            pooled = np.maximum(frames[0], frames[1])
-        return pooled, total_reward, terminated, truncated, info
+        return self._pool(produced), total_reward, terminated, truncated, info
+
+    def _pool(self, produced: int) -> np.ndarray:
+        """The observation of a step that played ``produced`` frames: the max of its last two, or
+        its only one. A fresh array: callers (and FrameStack) may keep references."""
+        frames = self._frames
+        return frames[0].copy() if produced == 1 else np.maximum(frames[0], frames[1])
 
 
 # Wrappers that pass `step` through unchanged, so MaxAndSkip may talk to the ALE under them.
