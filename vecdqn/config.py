@@ -44,7 +44,7 @@ class Config:
     # --- experiment -------------------------------------------------------------------------
     env_id: str = _f("BreakoutNoFrameskip-v4", "gymnasium env id: an ALE game (BreakoutNoFrameskip-v4, "
                      "ALE/Breakout-v5; the wrappers always do the frame skipping) or vecdqn/Catch-v0")
-    seed: int = _f(1, "seed of envs (env i gets seed+i), replay sampling and network init")
+    seed: int = _f(1, "seed in [0, 2**32) of envs (env i gets seed+i), replay sampling and network init")
     total_steps: int = _f(10_000_000, "length of the run, in agent steps summed over envs")
     num_envs: int = _f(8, "number of env worker processes (AsyncVectorEnv)")
     log_dir: str = _f("runs", "folder under which the run folder <env_id>__<seed>__<unix time> is made")
@@ -73,7 +73,7 @@ class Config:
     per_beta_end: float = _f(1.0, "importance-sampling exponent beta after --per-beta-steps")
     per_beta_steps: int = _f(10_000_000, "agent steps, from step 0, over which beta anneals linearly to its end value")
     per_eps: float = _f(1e-6, "added to |TD error| to form a priority")
-    n_step: int = _f(3, "n of n-step returns (1: one-step TD)")
+    n_step: int = _f(3, "n of n-step returns, in agent steps (1: one-step TD; at most 1000)")
 
     # --- learner ----------------------------------------------------------------------------
     learning_starts: int = _f(80_000, "agent steps of experience collected before the first update")
