@@ -3,7 +3,8 @@
 
 Plays whole games (no life-loss episodes, raw rewards) with no-op starts and a small epsilon, and
 prints the raw game scores and the human-normalized score ``(score − random) / (human − random)``
-of the 57-game Atari table (see ``vecdqn/evaluation.py`` for the protocol and the sources)::
+of the 57-game Atari table (see ``vecdqn/evaluation.py`` for the protocol, ``vecdqn/scores.py``
+for the reference scores and their source)::
 
     python scripts/evaluate.py runs/BreakoutNoFrameskip-v4__1__1700000000 --episodes 30 \\
         --video best.mp4 --json scores.json
@@ -31,12 +32,12 @@ import gymnasium as gym  # noqa: E402
 from vecdqn.agent import select_device  # noqa: E402
 from vecdqn.checkpoint import CheckpointError  # noqa: E402
 from vecdqn.evaluation import (  # noqa: E402
-    HUMAN_RANDOM_SCORES,
     EvalResult,
     Policy,
     evaluate,
     read_policy,
 )
+from vecdqn.scores import HUMAN_RANDOM_SCORES  # noqa: E402
 
 PROG = "evaluate.py"
 

@@ -1,4 +1,4 @@
-"""The data flow of DESIGN.md is one-directional: each module imports only what it may."""
+"""The data flow is one-directional: each module imports only what it may."""
 
 import ast
 from pathlib import Path
@@ -18,6 +18,7 @@ FORBIDDEN = {
     "agent": {"gymnasium", "ale_py", "cv2", "vecdqn.replay", "vecdqn.wrappers", "vecdqn.vector", "vecdqn.trainer"},
     "metrics": {"gymnasium", "ale_py", "vecdqn.agent", "vecdqn.replay", "vecdqn.trainer"},
     "evaluation": {"vecdqn.trainer", "vecdqn.replay", "vecdqn.vector", "vecdqn.metrics"},
+    "scores": {"torch", "numpy", "gymnasium", "ale_py", "cv2", "vecdqn"},
     "catch": {"torch", "vecdqn.agent", "vecdqn.model", "vecdqn.replay", "vecdqn.trainer"},
 }
 
