@@ -20,8 +20,6 @@ from vecdqn.config import Config
 from vecdqn.evaluation import (
     evaluate,
     load_policy,
-    video_for_tensorboard,
-    write_video,
 )
 from vecdqn.model import QNetwork
 
@@ -263,29 +261,6 @@ def test_catch_evaluates_records_rgb_frames_and_has_no_reference(tmp_path):
     again = evaluate(network, config, episodes=4, epsilon=0.5, seed=7, device="cpu")
     np.testing.assert_array_equal(again.returns, result.returns)
     assert again.frames is None
-
-
-def test_video_helpers_shapes(tmp_path):
-    frames = np.random.default_rng(0).integers(0, 256, size=(1000, 210, 160, 3), dtype=np.uint8)
-    clip = video_for_tensorboard(frames, max_frames=300, scale=0.5)
-    assert clip.shape == (1, 250, 3, 105, 80) and clip.dtype == np.uint8  # every 4th frame
-    clip = video_for_tensorboard(frames[:50], max_frames=300, scale=0.5, stride=1)
-    assert clip.shape == (1, 50, 3, 105, 80)
-    # Channel order survives: a pure red frame stays red in (T, C, H, W).
-    red = np.zeros((1, 210, 160, 3), dtype=np.uint8)
-    red[..., 0] = 255
-    assert video_for_tensorboard(red)[0, 0, :, 50, 40].tolist() == [255, 0, 0]
-
-    path = write_video(tmp_path / "v.mp4", frames[:20])
-    capture = cv2.VideoCapture(str(path))
-    assert capture.get(cv2.CAP_PROP_FRAME_COUNT) == 20
-    assert (capture.get(cv2.CAP_PROP_FRAME_WIDTH), capture.get(cv2.CAP_PROP_FRAME_HEIGHT)) == (
-        160,
-        210,
-    )
-    capture.release()
-    with pytest.raises(ValueError):
-        write_video(tmp_path / "empty.mp4", [])
 
 
 def test_json_never_overwrites_a_file_that_is_not_json(tmp_path, capsys):

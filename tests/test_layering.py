@@ -19,6 +19,9 @@ FORBIDDEN = {
     "metrics": {"gymnasium", "ale_py", "vecdqn.agent", "vecdqn.replay", "vecdqn.trainer"},
     "evaluation": {"vecdqn.trainer", "vecdqn.replay", "vecdqn.vector", "vecdqn.metrics"},
     "scores": {"torch", "numpy", "gymnasium", "ale_py", "cv2", "vecdqn"},
+    # metrics imports video: no gymnasium or ale_py here either.
+    "video": {"torch", "gymnasium", "ale_py", "vecdqn.trainer", "vecdqn.replay", "vecdqn.agent", "vecdqn.metrics"},
+    "frame_tap": {"torch", "vecdqn.trainer", "vecdqn.replay", "vecdqn.agent", "vecdqn.model"},
     "catch": {"torch", "vecdqn.agent", "vecdqn.model", "vecdqn.replay", "vecdqn.trainer"},
 }
 

@@ -23,47 +23,46 @@ Shape legend: ``E`` episodes, ``T`` recorded frames, ``H×W`` raw screen (210×1
 ``S`` stacked frames, ``A`` actions. Units: lengths and caps are emulator **frames** (one
 ``ale.act``; env steps for non-ALE envs such as Catch), not agent steps.
 
-Recording: every raw frame of the real game, in colour and at the screen's native size, is
-seen by `FrameTap`, a wrapper placed directly around the base env through ``make_env``'s
-``base_wrapper`` hook; ``MaxAndSkip`` steps its inner env once per frame, so the tap sees each
-one. The frames of the best episode (highest score, first one on ties) are kept.
+Counting and recording: every raw frame of the real game is seen by `FrameTap`, a wrapper
+placed directly around the base env through ``make_env``'s ``base_wrapper`` hook; ``MaxAndSkip``
+steps its inner env once per frame, so the tap sees each one. The tap counts the game's frames
+and sums its raw score, and hands each screen, in colour and at its native size, to
+`vecdqn.video.BestEpisodeRecorder`, which keeps the best episode (highest score, first one on
+ties) in memory and/or as an mp4.
+
+Scores and their normalization live in `vecdqn.scores`.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import cv2
 import gymnasium as gym
 import numpy as np
 import torch
 
 from vecdqn import checkpoint
 from vecdqn.config import Config
+from vecdqn.frame_tap import FrameTap
 from vecdqn.model import QNetwork
 from vecdqn.scores import HUMAN_RANDOM_SCORES, SCORE_SOURCE, game_name, human_normalized_score
+from vecdqn.video import ATARI_FPS, BestEpisodeRecorder, video_for_tensorboard
 from vecdqn.wrappers import make_env
 
 __all__ = [
     "EvalResult",
-    "FrameTap",
     "Policy",
     "evaluate",
     "load_policy",
     "read_policy",
     "resolve_checkpoint",
+    # Re-exported from its home, vecdqn.video, for existing callers.
     "video_for_tensorboard",
-    "write_video",
 ]
-
-#: Frames per second of the Atari 2600's NTSC display: the playback rate of a raw-frame video.
-ATARI_FPS = 60
 
 # ------------------------------------------------------------------------------------------------
 # Loading a trained policy
@@ -149,274 +148,6 @@ def load_policy(
     """``(q_network, config)`` of a checkpoint file or run folder; see `read_policy`."""
     policy = read_policy(path, device)
     return policy.network, policy.config
-
-
-# ------------------------------------------------------------------------------------------------
-# Seeing every raw frame
-
-
-class FrameTap(gym.Wrapper):
-    """Sits directly around the base env: counts frames, sums raw rewards, captures RGB screens.
-
-    Installed through ``make_env(..., base_wrapper=...)``, below RecordEpisodeStatistics and the
-    no-op/skip/FIRE wrappers, so it sees each emulator frame, including the no-ops and the FIRE
-    of a reset. A reset of the base env starts a new count (a reset-time step that ended a game
-    discards that game, and so does the count).
-
-    Attributes:
-        frames: emulator frames (base-env steps) since the last base reset.
-        score: sum of the raw rewards of those frames: the game's score.
-        is_ale: whether the base env is an ALE game (else ``frames`` counts env steps).
-        fps: real-time playback rate of the frames: 60 for the ALE, else the env's
-            ``metadata["render_fps"]`` (60 if it has none).
-
-    Args:
-        env: the base env (``gym.make`` result).
-        on_frame: if given, called with ``(H, W, 3) uint8`` RGB for the reset screen and after each
-            frame, and with ``None`` first on each reset (a new episode starts). The RGB comes from
-            ``ale.getScreenRGB()`` for ALE games (the env's observations are grayscale),
-            else from ``render()`` if the env renders ``rgb_array``, else from the observation if it
-            is an RGB frame (Catch's observation is its rendering).
-
-    Raises:
-        ValueError: ``on_frame`` is given but the env offers no RGB frame.
-    """
-
-    def __init__(self, env: gym.Env, on_frame: Callable[[np.ndarray | None], None] | None = None):
-        super().__init__(env)
-        self.frames = 0
-        self.score = 0.0
-        self.on_frame = on_frame
-        self._screen = _rgb_source(env) if on_frame is not None else None
-        self.is_ale = getattr(env.unwrapped, "ale", None) is not None
-        # Real-time playback: the ALE runs at 60 frames/s; other envs say so in their metadata.
-        self.fps = float(ATARI_FPS if self.is_ale else env.metadata.get("render_fps") or ATARI_FPS)
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        obs, info = self.env.reset(seed=seed, options=options)
-        self.frames = 0
-        self.score = 0.0
-        if self.on_frame is not None:
-            self.on_frame(None)
-            self.on_frame(self._screen(obs))
-        return obs, info
-
-    def step(self, action: Any):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        self.frames += 1
-        self.score += float(reward)
-        if self.on_frame is not None:
-            self.on_frame(self._screen(obs))
-        return obs, reward, terminated, truncated, info
-
-
-def _rgb_source(env: gym.Env) -> Callable[[Any], np.ndarray]:
-    """A function ``obs -> (H, W, 3) uint8`` giving the env's current screen in colour."""
-    ale = getattr(env.unwrapped, "ale", None)
-    if ale is not None:
-        return lambda obs: ale.getScreenRGB()
-    if getattr(env, "render_mode", None) == "rgb_array":
-        return lambda obs: np.asarray(env.render(), dtype=np.uint8)
-    space = env.observation_space
-    if (
-        isinstance(space, gym.spaces.Box)
-        and space.dtype == np.uint8
-        and len(space.shape) == 3
-        and space.shape[2] == 3
-    ):
-        return lambda obs: np.array(obs, dtype=np.uint8, copy=True)
-    raise ValueError(
-        f"cannot record {env.spec.id if env.spec else env}: it is not an ALE game, does not render "
-        "rgb_array and its observations are not RGB frames; evaluate without a video"
-    )
-
-
-class _BestEpisode:
-    """Keeps the frames of the best-scoring episode: a prefix in memory and/or the whole as mp4.
-
-    In memory at most ``max_frames`` frames of each episode are kept (about 100 kB each for the
-    ALE; a 108,000-frame game would take 11 GB). The video is streamed to a temporary file per
-    episode and kept or deleted when the episode ends, so memory stays constant.
-    """
-
-    def __init__(
-        self, keep_in_memory: bool, max_frames: int | None, video_path: Path | None, fps: float
-    ):
-        self.keep_in_memory = keep_in_memory
-        self.max_frames = max_frames
-        self.video_path = video_path
-        self.fps = fps
-        self.current: list[np.ndarray] = []
-        self.best: list[np.ndarray] | None = None
-        self.best_score = -math.inf
-        self._writer: _VideoFile | None = None
-        self._best_file: Path | None = None
-
-    def __call__(self, frame: np.ndarray | None) -> None:
-        if frame is None:  # a reset: whatever was captured belongs to a discarded game
-            self.current = []
-            if self._writer is not None:
-                self._writer.discard()
-                self._writer = None
-            return
-        if self.keep_in_memory and (self.max_frames is None or len(self.current) < self.max_frames):
-            self.current.append(frame)
-        if self.video_path is not None:
-            if self._writer is None:
-                self._writer = _VideoFile(_temporary_beside(self.video_path), frame.shape, self.fps)
-            self._writer.write(frame)
-
-    def end_episode(self, score: float) -> None:
-        """Keep this episode's frames if it scored more than every earlier one."""
-        better = score > self.best_score
-        if better:
-            self.best_score = score
-            if self.keep_in_memory:
-                self.best = self.current
-        self.current = []
-        if self._writer is not None:
-            self._writer.close()
-            if better:
-                if self._best_file is not None:
-                    self._best_file.unlink(missing_ok=True)
-                self._best_file = self._writer.path
-            else:
-                self._writer.path.unlink(missing_ok=True)
-            self._writer = None
-
-    def finish(self) -> None:
-        """Move the best episode's video to ``video_path``."""
-        if self.video_path is not None and self._best_file is not None:
-            os.replace(self._best_file, self.video_path)
-            self._best_file = None
-
-    def cleanup(self) -> None:
-        """Delete temporary files (after an error, or what `finish` did not move)."""
-        if self._writer is not None:
-            self._writer.discard()
-            self._writer = None
-        if self._best_file is not None:
-            self._best_file.unlink(missing_ok=True)
-            self._best_file = None
-
-
-def _temporary_beside(path: Path) -> Path:
-    """A fresh ``.mp4`` path in ``path``'s folder, so the final rename stays on one file system.
-
-    Not made by ``tempfile.mkstemp``: OpenCV creates the file, with the usual permissions
-    (mkstemp's 0600 would survive the rename).
-    """
-    return path.with_name(f".{path.stem}.{uuid.uuid4().hex[:12]}.tmp.mp4")
-
-
-class _VideoFile:
-    """An OpenCV mp4v writer for RGB frames of one fixed size."""
-
-    def __init__(self, path: Path, shape: tuple[int, ...], fps: float):
-        if len(shape) != 3 or shape[2] != 3:
-            raise ValueError(f"video frames must be (H, W, 3) uint8 RGB, got shape {shape}")
-        self.path = path
-        self.shape = tuple(shape)
-        height, width = shape[0], shape[1]
-        self._writer = cv2.VideoWriter(
-            str(path), cv2.VideoWriter_fourcc(*"mp4v"), float(fps), (width, height)
-        )
-        if not self._writer.isOpened():
-            self._writer.release()
-            path.unlink(missing_ok=True)
-            raise OSError(
-                f"cannot write video {path}: OpenCV's mp4v VideoWriter did not open; "
-                "use a .mp4 path in a writable folder"
-            )
-
-    def write(self, frame: np.ndarray) -> None:
-        if frame.shape != self.shape:
-            raise ValueError(
-                f"video frame of shape {frame.shape} in a video of {self.shape} frames"
-            )
-        # OpenCV writes BGR.
-        self._writer.write(
-            cv2.cvtColor(np.ascontiguousarray(frame, dtype=np.uint8), cv2.COLOR_RGB2BGR)
-        )
-
-    def close(self) -> None:
-        self._writer.release()
-
-    def discard(self) -> None:
-        self._writer.release()
-        self.path.unlink(missing_ok=True)
-
-
-def write_video(
-    path: str | os.PathLike[str], frames: np.ndarray | list[np.ndarray], fps: float = ATARI_FPS
-) -> Path:
-    """Write RGB frames to an mp4 file (OpenCV ``VideoWriter``, codec mp4v), atomically.
-
-    Args:
-        path: the ``.mp4`` file to write; its folder must exist.
-        frames: ``(T, H, W, 3) uint8`` RGB, ``T >= 1``.
-        fps: playback rate; 60 plays raw Atari frames in real time.
-
-    Returns:
-        the path written.
-
-    Raises:
-        ValueError: no frames, or frames that are not ``(H, W, 3)`` of one size.
-        OSError: the file cannot be written.
-    """
-    path = Path(path)
-    if len(frames) == 0:
-        raise ValueError(f"no frames to write to {path}")
-    tmp = _temporary_beside(path)
-    video = _VideoFile(tmp, np.shape(frames[0]), fps)
-    try:
-        for frame in frames:
-            video.write(np.asarray(frame))
-        video.close()
-        os.replace(tmp, path)
-    except BaseException:
-        video.discard()
-        raise
-    return path
-
-
-def video_for_tensorboard(
-    frames: np.ndarray | list[np.ndarray],
-    max_frames: int = 300,
-    scale: float = 0.5,
-    *,
-    stride: int = 4,
-) -> np.ndarray:
-    """RGB frames as a small clip for ``SummaryWriter.add_video``.
-
-    Every ``stride``-th frame from the start, at most ``max_frames`` of them, each resized by
-    ``scale`` (``cv2.INTER_AREA``). With raw Atari frames and ``stride=4`` (one frame per agent
-    step) 300 frames cover the first 20 s of the game; play them at ``fps = 60 / stride``.
-
-    Args:
-        frames: ``(T, H, W, 3) uint8`` RGB.
-
-    Returns:
-        ``(1, T', 3, round(H·scale), round(W·scale)) uint8``,
-        ``T' = min(max_frames, ceil(T / stride))``.
-
-    Raises:
-        ValueError: no frames, or a non-positive ``max_frames``, ``scale`` or ``stride``.
-    """
-    if len(frames) == 0:
-        raise ValueError("no frames to make a video of")
-    if max_frames < 1 or stride < 1 or not scale > 0:
-        raise ValueError(
-            f"max_frames={max_frames} and stride={stride} must be >= 1 and scale={scale} > 0"
-        )
-    chosen = [np.asarray(f, dtype=np.uint8) for f in frames[::stride][:max_frames]]
-    height, width = chosen[0].shape[:2]
-    size = (
-        max(1, round(width * scale)),
-        max(1, round(height * scale)),
-    )  # cv2 wants (width, height)
-    small = np.stack([cv2.resize(f, size, interpolation=cv2.INTER_AREA) for f in chosen])
-    return np.ascontiguousarray(small.transpose(0, 3, 1, 2)[None])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -580,7 +311,7 @@ def evaluate(
     video = Path(video_path) if video_path is not None else None
 
     recorder = (
-        _BestEpisode(record, record_max_frames, video, video_fps or ATARI_FPS)
+        BestEpisodeRecorder(record, record_max_frames, video, video_fps or ATARI_FPS)
         if (record or video)
         else None
     )

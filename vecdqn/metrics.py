@@ -1,6 +1,6 @@
 """TensorBoard logging, episode statistics and the progress bar: the one place metrics are written.
 
-Tags (DESIGN.md): ``charts/episodic_return`` and ``charts/episodic_length`` (whole games, raw
+Tags: ``charts/episodic_return`` and ``charts/episodic_length`` (whole games, raw
 score, length in emulator frames), ``charts/epsilon``, ``charts/beta``, ``charts/learning_rate``,
 ``charts/SPS`` (agent steps per second), ``losses/td_loss``, ``losses/q_values``,
 ``replay/size``, ``replay/priority_max``. Every scalar's global step is the agent step.
@@ -9,7 +9,6 @@ score, length in emulator frames), ``charts/epsilon``, ``charts/beta``, ``charts
 from __future__ import annotations
 
 import collections
-import io
 import json
 import sys
 import time
@@ -17,11 +16,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from PIL import Image
 from tensorboard.compat.proto.summary_pb2 import Summary
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 from tqdm import tqdm
+
+from vecdqn.video import encode_gif
 
 
 class MetricsLogger:
@@ -95,22 +95,17 @@ class MetricsLogger:
             self.writer.add_scalar(tag, value, step)
 
     def video(self, tag: str, clip: np.ndarray, step: int, fps: float = 15.0) -> None:
-        """Write a clip as an animated GIF, the encoding TensorBoard's video view expects.
-
-        ``SummaryWriter.add_video`` would need moviepy for the same encoding; Pillow (already
-        required by TensorBoard) does it here.
+        """Write a clip as an animated GIF (`vecdqn.video.encode_gif`), the encoding TensorBoard's
+        video view expects.
 
         Args:
-            clip: ``(1, T, 3, H, W) uint8`` RGB frames (the layout of ``add_video``).
+            clip: ``(1, T, 3, H, W) uint8`` RGB frames (the layout of ``add_video``, as
+                `vecdqn.video.video_for_tensorboard` makes it).
             fps: playback frames per second.
         """
         frames = np.asarray(clip, dtype=np.uint8)[0].transpose(0, 2, 3, 1)
-        t, h, w, _ = frames.shape
-        images = [Image.fromarray(f) for f in frames]
-        buffer = io.BytesIO()
-        images[0].save(buffer, format="GIF", save_all=True, append_images=images[1:],
-                       duration=max(1, round(1000 / fps)), loop=0)
-        image = Summary.Image(height=h, width=w, colorspace=3, encoded_image_string=buffer.getvalue())
+        _, h, w, _ = frames.shape
+        image = Summary.Image(height=h, width=w, colorspace=3, encoded_image_string=encode_gif(frames, fps))
         self.writer.file_writer.add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
 
     def sps(self, step: int) -> float:
