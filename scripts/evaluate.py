@@ -30,13 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import gymnasium as gym  # noqa: E402
 
 from vecdqn.agent import select_device  # noqa: E402
-from vecdqn.checkpoint import CheckpointError  # noqa: E402
-from vecdqn.evaluation import (  # noqa: E402
-    EvalResult,
-    Policy,
-    evaluate,
-    read_policy,
-)
+from vecdqn.checkpoint import CheckpointError, Policy, load_policy  # noqa: E402
+from vecdqn.evaluation import EvalResult, evaluate  # noqa: E402
 from vecdqn.scores import HUMAN_RANDOM_SCORES  # noqa: E402
 
 PROG = "evaluate.py"
@@ -225,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         _check_args(args)
         device = select_device(args.device)
-        policy = read_policy(args.checkpoint, device)
+        policy = load_policy(args.checkpoint, device)
         seed = policy.config.seed if args.seed is None else args.seed
         result = evaluate(
             policy.network,

@@ -1,4 +1,4 @@
-"""Evaluation: the CLI end to end on a real ROM, the video, and bad inputs."""
+"""Evaluation: the CLI end to end on a real ROM, its video, bad inputs, and the library on Catch."""
 
 from __future__ import annotations
 
@@ -13,34 +13,14 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-import torch
 
-from vecdqn import checkpoint
-from vecdqn.config import Config
-from vecdqn.evaluation import (
-    evaluate,
-    load_policy,
-)
-from vecdqn.model import QNetwork
+import vecdqn.checkpoint
+import vecdqn.video
+from vecdqn.checkpoint import load_policy
+from vecdqn.evaluation import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "evaluate.py"
-
-def _save_fresh_checkpoint(path: Path, env_id: str, n_actions: int, **config: object) -> Path:
-    """A freshly initialised network in Trainer.save_checkpoint's format."""
-    cfg = Config(env_id=env_id, **config)
-    torch.manual_seed(0)
-    net = QNetwork(n_actions, dueling=cfg.dueling, hidden_size=cfg.hidden_size)
-    state = {
-        "format": "vecdqn-checkpoint-1",
-        "config": cfg.to_dict(),
-        "step": 1234,
-        "updates": 0,
-        "agent": {"online": net.state_dict()},
-        "n_actions": n_actions,
-        "obs_shape": (4, 84, 84),
-    }
-    return checkpoint.save_atomic(state, path)
 
 
 def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -51,6 +31,15 @@ def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         timeout=timeout,
         cwd=ROOT,
     )
+
+
+def _script():
+    """scripts/evaluate.py as a module, for in-process calls of ``main``. Loaded from its path: a
+    plain "import evaluate" could find another package of that name."""
+    spec = importlib.util.spec_from_file_location("vecdqn_evaluate_script", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
 
 
 def _table(stdout: str) -> dict[str, str]:
@@ -76,14 +65,22 @@ def test_evaluation_imports_no_trainer():
     assert not {name for name in imported if name.startswith("vecdqn.trainer")}
 
 
+def test_names_the_trainer_imports_from_evaluation_are_their_homes_objects():
+    from vecdqn.evaluation import resolve_checkpoint, video_for_tensorboard
+
+    assert resolve_checkpoint is vecdqn.checkpoint.resolve_checkpoint
+    assert video_for_tensorboard is vecdqn.video.video_for_tensorboard
+    assert callable(evaluate)
+
+
 # -- the command line on a real ROM ------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def breakout_run(tmp_path_factory):
+def breakout_run(tmp_path_factory, save_fresh_checkpoint):
     """scripts/evaluate.py on a fresh Breakout network: 2 games capped at 2000 frames."""
     run_dir = tmp_path_factory.mktemp("run")
-    _save_fresh_checkpoint(run_dir / "checkpoints" / "final.pt", "BreakoutNoFrameskip-v4", 4)
+    save_fresh_checkpoint(run_dir / "checkpoints" / "final.pt", "BreakoutNoFrameskip-v4", 4)
     video, report = run_dir / "best.mp4", run_dir / "scores.json"
     proc = _run(
         str(run_dir),
@@ -144,7 +141,7 @@ def test_cli_prints_every_field_and_the_json_holds_the_same_numbers(breakout_run
         t == (length == 2000) for t, length in zip(data["truncated"], data["lengths"], strict=True)
     )
     assert data["game"] == "breakout" and data["epsilon"] == 0.001 and data["seed"] == 3
-    # Trained with FIRE after each life loss, so evaluated with it (the brief's "as in training").
+    # Trained with FIRE after each life loss, so evaluated with it (the default: "as in training").
     assert data["fire_on_life_loss"] is True
 
 
@@ -186,8 +183,8 @@ def test_missing_checkpoint_exits_2_with_one_line(tmp_path):
     _assert_one_line_exit_2(_run(str(tmp_path)), "latest.pt")
 
 
-def test_corrupt_checkpoint_exits_2_with_one_line(tmp_path):
-    good = _save_fresh_checkpoint(tmp_path / "good.pt", "BreakoutNoFrameskip-v4", 4)
+def test_corrupt_checkpoint_exits_2_with_one_line(tmp_path, save_fresh_checkpoint):
+    good = save_fresh_checkpoint(tmp_path / "good.pt", "BreakoutNoFrameskip-v4", 4)
     bad = tmp_path / "bad.pt"
     bad.write_bytes(good.read_bytes()[:500])  # truncated
     _assert_one_line_exit_2(_run(str(bad)), "corrupt")
@@ -207,35 +204,23 @@ def test_corrupt_checkpoint_exits_2_with_one_line(tmp_path):
         (["--seed", "-1"], "--seed -1"),
     ],
 )
-def test_bad_options_exit_2_with_one_line(tmp_path, capsys, args, word):
-    # In-process (the subprocess tests above show no traceback escapes main). Loaded from its
-    # path: a plain "import evaluate" could find another package of that name.
-    spec = importlib.util.spec_from_file_location("vecdqn_evaluate_script", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    path = _save_fresh_checkpoint(tmp_path / "c.pt", "BreakoutNoFrameskip-v4", 4)
-    assert script.main([str(path), *args]) == 2
+def test_bad_options_exit_2_with_one_line(tmp_path, capsys, save_fresh_checkpoint, args, word):
+    # In-process: the subprocess tests above show no traceback escapes main.
+    path = save_fresh_checkpoint(tmp_path / "c.pt", "BreakoutNoFrameskip-v4", 4)
+    assert _script().main([str(path), *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and word in err[0], err
-
-
-def test_network_that_does_not_fit_the_checkpoint_is_a_checkpoint_error(tmp_path):
-    path = _save_fresh_checkpoint(tmp_path / "c.pt", "BreakoutNoFrameskip-v4", 4)
-    state = torch.load(path, weights_only=False)
-    state["n_actions"] = 6  # the saved weights have 4 outputs
-    checkpoint.save_atomic(state, path)
-    with pytest.raises(checkpoint.CheckpointError, match="Q-network"):
-        load_policy(path)
 
 
 # -- the library on a non-ALE env ------------------------------------------------------------
 
 
-def test_catch_evaluates_records_rgb_frames_and_has_no_reference(tmp_path):
-    path = _save_fresh_checkpoint(
+def test_catch_evaluates_records_rgb_frames_and_has_no_reference(tmp_path, save_fresh_checkpoint):
+    path = save_fresh_checkpoint(
         tmp_path / "checkpoints" / "latest.pt", "vecdqn/Catch-v0", 3, hidden_size=32
     )
-    network, config = load_policy(tmp_path)  # a run folder: checkpoints/latest.pt
+    policy = load_policy(tmp_path)  # a run folder: checkpoints/latest.pt
+    network, config = policy.network, policy.config
     result = evaluate(
         network,
         config,
@@ -263,13 +248,11 @@ def test_catch_evaluates_records_rgb_frames_and_has_no_reference(tmp_path):
     assert again.frames is None
 
 
-def test_json_never_overwrites_a_file_that_is_not_json(tmp_path, capsys):
+def test_json_never_overwrites_a_file_that_is_not_json(tmp_path, capsys, save_fresh_checkpoint):
     """``--json`` pointed at the checkpoint itself (or any non-JSON file) is refused before playing;
     an earlier JSON report may be replaced."""
-    spec = importlib.util.spec_from_file_location("vecdqn_evaluate_script", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    path = _save_fresh_checkpoint(tmp_path / "c.pt", "BreakoutNoFrameskip-v4", 4)
+    script = _script()
+    path = save_fresh_checkpoint(tmp_path / "c.pt", "BreakoutNoFrameskip-v4", 4)
     before = path.read_bytes()
     assert script.main([str(path), "--json", str(path)]) == 2
     assert "not a JSON file" in capsys.readouterr().err

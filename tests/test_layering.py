@@ -22,6 +22,7 @@ FORBIDDEN = {
     # metrics imports video: no gymnasium or ale_py here either.
     "video": {"torch", "gymnasium", "ale_py", "vecdqn.trainer", "vecdqn.replay", "vecdqn.agent", "vecdqn.metrics"},
     "frame_tap": {"torch", "vecdqn.trainer", "vecdqn.replay", "vecdqn.agent", "vecdqn.model"},
+    "checkpoint": {"gymnasium", "ale_py", "vecdqn.trainer", "vecdqn.agent", "vecdqn.replay", "vecdqn.evaluation"},
     "catch": {"torch", "vecdqn.agent", "vecdqn.model", "vecdqn.replay", "vecdqn.trainer"},
 }
 

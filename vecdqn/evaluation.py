@@ -30,7 +30,8 @@ and sums its raw score, and hands each screen, in colour and at its native size,
 `vecdqn.video.BestEpisodeRecorder`, which keeps the best episode (highest score, first one on
 ties) in memory and/or as an mp4.
 
-Scores and their normalization live in `vecdqn.scores`.
+Scores and their normalization live in `vecdqn.scores`; the policy of a checkpoint comes from
+`vecdqn.checkpoint.load_policy`.
 """
 
 from __future__ import annotations
@@ -45,113 +46,20 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from vecdqn import checkpoint
+from vecdqn.checkpoint import resolve_checkpoint
 from vecdqn.config import Config
 from vecdqn.frame_tap import FrameTap
-from vecdqn.model import QNetwork
 from vecdqn.scores import HUMAN_RANDOM_SCORES, SCORE_SOURCE, game_name, human_normalized_score
 from vecdqn.video import ATARI_FPS, BestEpisodeRecorder, video_for_tensorboard
 from vecdqn.wrappers import make_env
 
 __all__ = [
     "EvalResult",
-    "Policy",
     "evaluate",
-    "load_policy",
-    "read_policy",
+    # Re-exported from their homes (vecdqn.checkpoint, vecdqn.video) for existing callers.
     "resolve_checkpoint",
-    # Re-exported from its home, vecdqn.video, for existing callers.
     "video_for_tensorboard",
 ]
-
-# ------------------------------------------------------------------------------------------------
-# Loading a trained policy
-
-
-@dataclass
-class Policy:
-    """A Q-network loaded from a checkpoint, with what came with it.
-
-    ``network`` maps ``(B, S, 84, 84) uint8 -> (B, A) float32`` on ``device``; ``config`` is the
-    training run's `Config` (env id and preprocessing); ``step`` the agent step of the checkpoint.
-    """
-
-    network: QNetwork
-    config: Config
-    path: Path
-    step: int | None
-    device: torch.device
-
-
-def resolve_checkpoint(path: str | os.PathLike[str]) -> Path:
-    """A checkpoint file; for a run folder ``checkpoints/latest.pt`` if present, else ``final.pt``.
-
-    Raises:
-        checkpoint.CheckpointError: if the path does not exist or the folder holds neither file.
-    """
-    path = Path(path)
-    if path.is_dir():
-        for name in ("latest.pt", "final.pt"):
-            candidate = path / "checkpoints" / name
-            if candidate.is_file():
-                return candidate
-        raise checkpoint.CheckpointError(
-            f"run folder {path} has no checkpoints/latest.pt or checkpoints/final.pt; pass a "
-            "checkpoint file or a run folder that finished or saved a checkpoint"
-        )
-    if not path.exists():
-        raise checkpoint.CheckpointError(f"checkpoint {path} does not exist")
-    return path
-
-
-def read_policy(path: str | os.PathLike[str], device: torch.device | str = "cpu") -> Policy:
-    """Load the online Q-network of a vecdqn checkpoint (file or run folder) onto ``device``.
-
-    The network is rebuilt from the saved ``n_actions``, ``obs_shape`` and the config's
-    ``dueling`` and ``hidden_size``, then given the weights ``agent["online"]``; it is in eval mode.
-
-    Raises:
-        checkpoint.CheckpointError: missing, corrupt or foreign checkpoint, or weights that do not
-            fit the network the checkpoint describes.
-    """
-    file = resolve_checkpoint(path)
-    state = checkpoint.load(file, required=("config", "agent", "n_actions", "obs_shape"))
-    try:
-        config = Config.from_dict(state["config"])
-        obs_shape = tuple(int(x) for x in state["obs_shape"])
-        if len(obs_shape) != 3 or obs_shape[1] != obs_shape[2]:
-            raise ValueError(f"obs_shape {obs_shape} is not (S, size, size)")
-        network = QNetwork(
-            int(state["n_actions"]),
-            in_channels=obs_shape[0],
-            screen_size=obs_shape[1],
-            dueling=config.dueling,
-            hidden_size=config.hidden_size,
-        )
-        network.load_state_dict(state["agent"]["online"])
-    except (KeyError, TypeError, ValueError, RuntimeError) as err:
-        # RuntimeError: load_state_dict's missing/unexpected keys or size mismatches.
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise checkpoint.CheckpointError(
-            f"checkpoint {file} does not hold a loadable Q-network "
-            f"({type(err).__name__}: {first_line})"
-        ) from None
-    device = torch.device(device)
-    network.to(device).eval()
-    step = state.get("step")
-    return Policy(network, config, file, int(step) if step is not None else None, device)
-
-
-def load_policy(
-    path: str | os.PathLike[str], device: torch.device | str = "cpu"
-) -> tuple[QNetwork, Config]:
-    """``(q_network, config)`` of a checkpoint file or run folder; see `read_policy`."""
-    policy = read_policy(path, device)
-    return policy.network, policy.config
-
-
-# ------------------------------------------------------------------------------------------------
-# Evaluation
 
 
 @dataclass
@@ -263,7 +171,7 @@ def evaluate(
 
     Args:
         q_network: ``(1, S, 84, 84) uint8 -> (1, A) float32``, already on ``device`` (e.g. the
-            trainer's online network, or `load_policy`'s).
+            trainer's online network, or ``vecdqn.checkpoint.load_policy(...).network``).
         config: the training run's config (env id and preprocessing).
         episodes: whole games to play, ``>= 1``.
         epsilon: probability of a random action per agent step, in [0, 1].

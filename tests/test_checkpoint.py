@@ -1,0 +1,57 @@
+"""Finding a checkpoint from a run folder and loading its policy."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vecdqn import checkpoint
+from vecdqn.checkpoint import CheckpointError, Policy, load_policy, resolve_checkpoint
+from vecdqn.model import QNetwork
+
+
+def test_run_folder_resolves_to_latest_then_final(tmp_path):
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    with pytest.raises(CheckpointError, match="latest.pt"):
+        resolve_checkpoint(tmp_path)
+    (folder / "final.pt").write_bytes(b"")
+    assert resolve_checkpoint(tmp_path) == folder / "final.pt"
+    (folder / "latest.pt").write_bytes(b"")
+    assert resolve_checkpoint(tmp_path) == folder / "latest.pt"
+    assert resolve_checkpoint(folder / "final.pt") == folder / "final.pt"  # a file is itself
+    with pytest.raises(CheckpointError, match="does not exist"):
+        resolve_checkpoint(tmp_path / "nope.pt")
+
+
+def test_load_policy_rebuilds_the_saved_network(tmp_path, save_fresh_checkpoint):
+    path = save_fresh_checkpoint(tmp_path / "checkpoints" / "final.pt", "BreakoutNoFrameskip-v4", 4)
+    policy = load_policy(tmp_path)
+    assert isinstance(policy, Policy)
+    assert (policy.path, policy.step, policy.device) == (path, 1234, torch.device("cpu"))
+    assert policy.config.env_id == "BreakoutNoFrameskip-v4"
+    assert isinstance(policy.network, QNetwork) and not policy.network.training
+    saved = torch.load(path, weights_only=False)["agent"]["online"]
+    for name, tensor in policy.network.state_dict().items():
+        torch.testing.assert_close(tensor, saved[name], rtol=0, atol=0)
+    obs = torch.zeros((2, 4, 84, 84), dtype=torch.uint8)
+    assert policy.network(obs).shape == (2, 4)
+
+
+def test_network_that_does_not_fit_the_checkpoint_is_a_checkpoint_error(tmp_path, save_fresh_checkpoint):
+    path = save_fresh_checkpoint(tmp_path / "c.pt", "BreakoutNoFrameskip-v4", 4)
+    state = torch.load(path, weights_only=False)
+    state["n_actions"] = 6  # the saved weights have 4 outputs
+    checkpoint.save_atomic(state, path)
+    with pytest.raises(CheckpointError, match="Q-network"):
+        load_policy(path)
+    state["obs_shape"] = (4, 84)
+    checkpoint.save_atomic(state, path)
+    with pytest.raises(CheckpointError, match="obs_shape"):
+        load_policy(path)
+
+
+def test_a_file_that_is_not_a_policy_checkpoint_is_a_checkpoint_error(tmp_path):
+    path = checkpoint.save_atomic({"config": {}}, tmp_path / "c.pt")
+    with pytest.raises(CheckpointError, match="not a vecdqn checkpoint"):
+        load_policy(path)
