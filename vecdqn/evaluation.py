@@ -10,8 +10,9 @@ Protocol (what `evaluate` plays):
 * **No-op starts** of 1..``noop_max`` frames and FIRE after each reset, as in training, so the
   policy sees the start states it learned from (Mnih et al. 2015, Extended Data Table 1).
 * **FIRE after a lost life** when training did that too (``fire_reset`` with ``episodic_life``):
-  the policy then never learned to serve a new ball itself (see `evaluate`'s
-  ``fire_on_life_loss``; off for the papers' protocol, in which the agent presses FIRE).
+  the policy then never learned to serve a new ball itself, and left alone may wait thousands of
+  frames for an epsilon-random FIRE (see `evaluate`'s ``fire_on_life_loss``; off for the papers'
+  protocol, in which the agent presses FIRE).
 * **Epsilon-greedy with a small epsilon** (0.001 by default, the evaluation epsilon of
   van Hasselt et al. 2016's tuned Double DQN; Mnih et al. 2015 used 0.05): a little randomness
   keeps a deterministic emulator from replaying one identical game, and stops a greedy policy
@@ -166,8 +167,8 @@ def evaluate(
 
     The env is a fresh, single (non-vectorized) ``make_env(config.env_id, ...)`` with the run's
     preprocessing (frame skip, stack, screen size, FIRE reset, sticky actions) but
-    ``episodic_life=False``; it is closed before returning. Each step takes a uniform random
-    action with probability ``epsilon``, else ``argmax_a Q(obs, a)``.
+    ``episodic_life=False``; it is closed before returning. Each agent step takes a uniform
+    random action with probability ``epsilon``, else ``argmax_a Q(obs, a)``.
 
     Args:
         q_network: ``(1, S, 84, 84) uint8 -> (1, A) float32``, already on ``device`` (e.g. the
@@ -179,20 +180,18 @@ def evaluate(
             None draws fresh entropy.
         device: where observations go for the forward pass.
         noop_max: at most this many no-op frames at the start of each game; None: the config's.
-        max_episode_frames: cap per game in frames; None: the config's.
+        max_episode_frames: cap per game in emulator frames; None: the config's.
         record: keep the best episode's RGB frames in `EvalResult.frames`.
         record_max_frames: keep at most this many frames from the start of each episode in
-            memory (None: all; ~100 kB per frame).
+            memory (None: all; ~100 kB per ALE frame).
         video_path: also write the best episode, every frame, to this mp4 (streamed: constant
             memory). Its folder must exist.
-        video_fps: playback rate of that video; None: real time (60 for the ALE, else the env's
-            ``metadata["render_fps"]``).
+        video_fps: playback rate of that video in frames per second; None: real time (60 for
+            the ALE, else the env's ``metadata["render_fps"]``).
         fire_on_life_loss: after a lost life (game not over) take FIRE as the next action, for
             games that have FIRE. None: as in training, i.e. when the config has both
-            ``fire_reset`` and ``episodic_life`` (training then pressed FIRE after every life
-            loss, so the policy never had to learn that FIRE serves a new ball in Breakout; left
-            to itself it may wait for an epsilon-random FIRE, thousands of frames). False gives
-            the papers' protocol, where the agent presses FIRE itself.
+            ``fire_reset`` and ``episodic_life`` (see the module docstring). False gives the
+            papers' protocol, where the agent presses FIRE itself.
 
     Returns:
         an `EvalResult`.
@@ -200,6 +199,49 @@ def evaluate(
     Raises:
         ValueError: a bad argument, or a network whose input/output does not fit the env.
         OSError: the video cannot be written.
+    """
+    noop_max, max_episode_frames = _checked_protocol(
+        config, episodes, epsilon, noop_max, max_episode_frames, record_max_frames
+    )
+    video = Path(video_path) if video_path is not None else None
+    fps = video_fps or ATARI_FPS
+    recorder = BestEpisodeRecorder(record, record_max_frames, video, fps) if record or video else None
+    env, tap = _tapped_env(config, recorder, noop_max=noop_max, max_episode_frames=max_episode_frames)
+    try:
+        if recorder is not None and video_fps is None:
+            recorder.fps = tap.fps  # real time: the env's own frame rate
+        actor = _make_actor(env, q_network, config, torch.device(device), epsilon, seed, fire_on_life_loss)
+        returns, lengths, truncated = _play_games(env, tap, actor, recorder, episodes, seed, max_episode_frames)
+    finally:
+        env.close()
+        if recorder is not None:
+            recorder.cleanup()
+    return EvalResult(
+        config.env_id, returns, lengths, truncated, epsilon=float(epsilon), seed=seed,
+        noop_max=noop_max if tap.is_ale else 0,  # non-ALE envs get no no-op starts
+        max_episode_frames=max_episode_frames,
+        best_episode=int(np.argmax(returns)),
+        fire_on_life_loss=actor.fire_action is not None,
+        length_unit="frames" if tap.is_ale else "env steps",
+        frames=np.stack(recorder.best) if record and recorder.best else None,
+        video_path=str(video) if video is not None else None,
+    )
+
+
+def _checked_protocol(
+    config: Config,
+    episodes: int,
+    epsilon: float,
+    noop_max: int | None,
+    max_episode_frames: int | None,
+    record_max_frames: int | None,
+) -> tuple[int, int]:
+    """``(noop_max, max_episode_frames)`` in frames, the config's where None is given.
+
+    Raises:
+        ValueError: naming the argument, if ``episodes`` is not a positive integer, ``epsilon`` is
+            outside [0, 1], ``noop_max < 0``, ``max_episode_frames < 1`` or
+            ``record_max_frames < 1``.
     """
     if isinstance(episodes, bool) or int(episodes) != episodes or episodes < 1:
         raise ValueError(f"episodes={episodes!r} must be a positive integer")
@@ -215,14 +257,32 @@ def evaluate(
         )
     if record_max_frames is not None and record_max_frames < 1:
         raise ValueError(f"record_max_frames={record_max_frames} must be >= 1 or None")
-    device = torch.device(device)
-    video = Path(video_path) if video_path is not None else None
+    return noop_max, max_episode_frames
 
-    recorder = (
-        BestEpisodeRecorder(record, record_max_frames, video, video_fps or ATARI_FPS)
-        if (record or video)
-        else None
-    )
+
+def _env_options(config: Config, *, noop_max: int, max_episode_frames: int) -> dict[str, Any]:
+    """``make_env``'s keyword arguments for evaluation: the run's preprocessing, copied field by
+    field from ``config``, with whole games and the evaluation's no-op and frame caps (frames)."""
+    return {
+        "noop_max": noop_max,
+        "frame_skip": config.frame_skip,
+        "screen_size": config.screen_size,
+        "frame_stack": config.frame_stack,
+        "episodic_life": False,  # whole games: the score papers report
+        "fire_reset": config.fire_reset,
+        "repeat_action_probability": config.repeat_action_probability,
+        "max_episode_frames": max_episode_frames,
+    }
+
+
+def _tapped_env(
+    config: Config,
+    recorder: BestEpisodeRecorder | None,
+    *,
+    noop_max: int,
+    max_episode_frames: int,
+) -> tuple[gym.Env, FrameTap]:
+    """The evaluation env and the `FrameTap` around its base env, feeding ``recorder``."""
     taps: list[FrameTap] = []
 
     def tap(env: gym.Env) -> gym.Env:
@@ -231,92 +291,114 @@ def evaluate(
 
     env = make_env(
         config.env_id,
-        noop_max=noop_max,
-        frame_skip=config.frame_skip,
-        screen_size=config.screen_size,
-        frame_stack=config.frame_stack,
-        episodic_life=False,  # whole games: the score papers report
-        fire_reset=config.fire_reset,
-        repeat_action_probability=config.repeat_action_probability,
-        max_episode_frames=max_episode_frames,
+        **_env_options(config, noop_max=noop_max, max_episode_frames=max_episode_frames),
         base_wrapper=tap,  # sees every raw frame: counts them, sums the score, records
     )
-    try:
-        frame_tap = taps[0]
-        if recorder is not None and video_fps is None:
-            recorder.fps = frame_tap.fps
-        n_actions = int(env.action_space.n)
-        obs_shape = env.observation_space.shape
-        with torch.inference_mode():
-            q = q_network(torch.zeros((1, *obs_shape), dtype=torch.uint8, device=device))
-        if tuple(q.shape) != (1, n_actions):
-            raise ValueError(
-                f"the Q-network maps a {obs_shape} observation to {tuple(q.shape)} values, but "
-                f"{config.env_id} has {n_actions} actions; evaluate with the config saved with "
-                "the network"
-            )
-        if fire_on_life_loss is None:
-            fire_on_life_loss = config.fire_reset and config.episodic_life
-        meanings = getattr(env.unwrapped, "get_action_meanings", lambda: [])()
-        fire_action = meanings.index("FIRE") if fire_on_life_loss and "FIRE" in meanings else None
-        rng = np.random.default_rng(seed)
-        returns, lengths, truncations = [], [], []
-        for episode in range(episodes):
-            # Seed only the first reset: later games continue the env's generator, so each one
-            # starts after a different number of no-ops.
-            obs, info = env.reset(seed=seed if episode == 0 else None)
-            lives = info.get("lives")
-            fire_next = False
-            while True:
-                if fire_next:
-                    action = fire_action
-                elif rng.random() < epsilon:
-                    action = int(rng.integers(n_actions))
-                else:
-                    with torch.inference_mode():
-                        obs_t = torch.from_numpy(np.ascontiguousarray(obs)[None]).to(device)
-                        action = int(q_network(obs_t).argmax(dim=1).item())
-                obs, _, terminated, truncated, info = env.step(action)
-                new_lives = info.get("lives")
-                fire_next = (
-                    fire_action is not None
-                    and new_lives is not None
-                    and lives is not None
-                    and new_lives < lives
-                )
-                lives = new_lives
-                # The ALE truncates at the cap itself; counting here covers envs that do not.
-                capped = frame_tap.frames >= max_episode_frames
-                if terminated or truncated or capped:
-                    break
-            returns.append(frame_tap.score)
-            lengths.append(frame_tap.frames)
-            truncations.append(not terminated)
-            if recorder is not None:
-                recorder.end_episode(frame_tap.score)
-        if recorder is not None:
-            recorder.finish()
-    finally:
-        env.close()
-        if recorder is not None:
-            recorder.cleanup()
+    return env, taps[0]
 
-    returns_arr = np.asarray(returns, dtype=np.float64)
-    frames = None
-    if record and recorder.best:
-        frames = np.stack(recorder.best)
-    return EvalResult(
-        env_id=config.env_id,
-        returns=returns_arr,
-        lengths=np.asarray(lengths, dtype=np.int64),
-        truncated=np.asarray(truncations, dtype=bool),
-        epsilon=float(epsilon),
-        seed=seed,
-        noop_max=noop_max if frame_tap.is_ale else 0,  # non-ALE envs get no no-op starts
-        max_episode_frames=max_episode_frames,
-        best_episode=int(np.argmax(returns_arr)),
-        fire_on_life_loss=fire_action is not None,
-        length_unit="frames" if frame_tap.is_ale else "env steps",
-        frames=frames,
-        video_path=str(video) if video is not None else None,
+
+@dataclass
+class _Actor:
+    """Epsilon-greedy over a Q-network; ``fire_action`` is pressed after a lost life, if set."""
+
+    q_network: Callable[[torch.Tensor], torch.Tensor]
+    device: torch.device
+    n_actions: int
+    epsilon: float
+    rng: np.random.Generator
+    fire_action: int | None
+
+    def __call__(self, obs: np.ndarray) -> int:
+        """The action for one ``(S, 84, 84) uint8`` observation."""
+        if self.rng.random() < self.epsilon:
+            return int(self.rng.integers(self.n_actions))
+        with torch.inference_mode():
+            obs_t = torch.from_numpy(np.ascontiguousarray(obs)[None]).to(self.device)
+            return int(self.q_network(obs_t).argmax(dim=1).item())
+
+
+def _make_actor(
+    env: gym.Env,
+    q_network: Callable[[torch.Tensor], torch.Tensor],
+    config: Config,
+    device: torch.device,
+    epsilon: float,
+    seed: int | None,
+    fire_on_life_loss: bool | None,
+) -> _Actor:
+    """An `_Actor` for ``env``, after checking that the network fits its spaces.
+
+    Raises:
+        ValueError: the network does not map one observation of ``env`` to ``(1, A)`` values.
+    """
+    n_actions = int(env.action_space.n)
+    obs_shape = env.observation_space.shape
+    with torch.inference_mode():
+        q = q_network(torch.zeros((1, *obs_shape), dtype=torch.uint8, device=device))
+    if tuple(q.shape) != (1, n_actions):
+        raise ValueError(
+            f"the Q-network maps a {obs_shape} observation to {tuple(q.shape)} values, but "
+            f"{config.env_id} has {n_actions} actions; evaluate with the config saved with "
+            "the network"
+        )
+    if fire_on_life_loss is None:
+        fire_on_life_loss = config.fire_reset and config.episodic_life
+    meanings = getattr(env.unwrapped, "get_action_meanings", lambda: [])()
+    fire_action = meanings.index("FIRE") if fire_on_life_loss and "FIRE" in meanings else None
+    return _Actor(q_network, device, n_actions, epsilon, np.random.default_rng(seed), fire_action)
+
+
+def _play_games(
+    env: gym.Env,
+    tap: FrameTap,
+    actor: _Actor,
+    recorder: BestEpisodeRecorder | None,
+    episodes: int,
+    seed: int | None,
+    max_episode_frames: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Play ``episodes`` whole games; ``(E,) float64`` scores, ``(E,) int64`` lengths in frames,
+    ``(E,) bool`` cut at the frame cap. The best game's frames end up where ``recorder`` puts them."""
+    scores, lengths, truncations = [], [], []
+    for episode in range(episodes):
+        # Seed only the first reset: later games continue the env's generator, so each one
+        # starts after a different number of no-ops.
+        truncations.append(_play_game(env, actor, tap, seed if episode == 0 else None, max_episode_frames))
+        scores.append(tap.score)
+        lengths.append(tap.frames)
+        if recorder is not None:
+            recorder.end_episode(tap.score)
+    if recorder is not None:
+        recorder.finish()
+    return (
+        np.asarray(scores, dtype=np.float64),
+        np.asarray(lengths, dtype=np.int64),
+        np.asarray(truncations, dtype=bool),
     )
+
+
+def _play_game(
+    env: gym.Env, actor: _Actor, tap: FrameTap, seed: int | None, max_episode_frames: int
+) -> bool:
+    """Play one whole game from a reset seeded with ``seed``; True if it was cut at the frame cap.
+
+    Its score and length (frames) are then ``tap.score`` and ``tap.frames``.
+    """
+    obs, info = env.reset(seed=seed)
+    lives = info.get("lives")
+    fire_next = False
+    while True:
+        action = actor.fire_action if fire_next else actor(obs)
+        obs, _, terminated, truncated, info = env.step(action)
+        new_lives = info.get("lives")
+        fire_next = (
+            actor.fire_action is not None
+            and new_lives is not None
+            and lives is not None
+            and new_lives < lives
+        )
+        lives = new_lives
+        # The ALE truncates at the cap itself; counting here covers envs that do not.
+        capped = tap.frames >= max_episode_frames
+        if terminated or truncated or capped:
+            return not terminated
