@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Evaluate a vecdqn checkpoint on whole games; print raw and human-normalized "
         "scores.",
         formatter_class=_DefaultsFormatter,
+        # "--epi 3" is an error, not --episodes: a flag added later could make it ambiguous.
+        allow_abbrev=False,
     )
     parser.add_argument(
         "checkpoint",

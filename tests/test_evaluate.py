@@ -212,6 +212,16 @@ def test_bad_options_exit_2_with_one_line(tmp_path, capsys, save_fresh_checkpoin
     assert len(err) == 1 and word in err[0], err
 
 
+@pytest.mark.parametrize("args", [["--epi", "3"], ["--vid", "x.mp4"], ["--fire", "--episodes", "1"]])
+def test_abbreviated_options_are_refused_with_one_line(tmp_path, capsys, save_fresh_checkpoint, args):
+    """``--epi`` is not taken for ``--episodes``: a flag added later could make it mean another."""
+    path = save_fresh_checkpoint(tmp_path / "c.pt", "BreakoutNoFrameskip-v4", 4)
+    assert _script().main([str(path), *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("evaluate.py: error: unrecognized arguments"), err
+    assert args[0] in err[0]
+
+
 # -- the library on a non-ALE env ------------------------------------------------------------
 
 
