@@ -17,7 +17,7 @@ from pathlib import Path
 # Run from a source checkout without installing: make the package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vecdqn.trainer import main  # noqa: E402
+from vecdqn.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -19,10 +19,9 @@ def _save_fresh_checkpoint(path: Path, env_id: str, n_actions: int, **config: ob
     torch.manual_seed(0)
     net = QNetwork(n_actions, dueling=cfg.dueling, hidden_size=cfg.hidden_size)
     state = {
-        "format": "vecdqn-checkpoint-1",
+        "format": checkpoint.CHECKPOINT_FORMAT,
         "config": cfg.to_dict(),
-        "step": 1234,
-        "updates": 0,
+        "train_state": {"step": 1234, "updates": 0},
         "agent": {"online": net.state_dict()},
         "n_actions": n_actions,
         "obs_shape": (4, 84, 84),

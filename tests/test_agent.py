@@ -95,7 +95,6 @@ def test_update_fits_a_fixed_batch_and_target_sync():
         last, td = agent.update(batch)
     assert last["td_loss"] < 0.1 * first["td_loss"]
     assert np.abs(td).max() < 0.5
-    assert agent.updates == 51
 
     obs = torch.from_numpy(batch.obs)
     assert not torch.equal(agent.online(obs), agent.target(obs))

@@ -14,8 +14,6 @@ import cv2
 import numpy as np
 import pytest
 
-import vecdqn.checkpoint
-import vecdqn.video
 from vecdqn.checkpoint import load_policy
 from vecdqn.evaluation import evaluate
 
@@ -63,14 +61,6 @@ def test_evaluation_imports_no_trainer():
         for alias in node.names
     }
     assert not {name for name in imported if name.startswith("vecdqn.trainer")}
-
-
-def test_names_the_trainer_imports_from_evaluation_are_their_homes_objects():
-    from vecdqn.evaluation import resolve_checkpoint, video_for_tensorboard
-
-    assert resolve_checkpoint is vecdqn.checkpoint.resolve_checkpoint
-    assert video_for_tensorboard is vecdqn.video.video_for_tensorboard
-    assert callable(evaluate)
 
 
 # -- the command line on a real ROM ------------------------------------------------------------

@@ -13,21 +13,13 @@ import numpy as np
 import psutil
 import pytest
 import torch
+from helpers import catch_config
 
 from vecdqn import checkpoint
 from vecdqn.catch import Catch
-from vecdqn.config import PRESETS, Config
 from vecdqn.trainer import ConfigError, NonFiniteError, Trainer, WorkerError
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def catch_config(tmp_path: Path, **overrides) -> Config:
-    values = {**PRESETS["catch"], "num_envs": 2, "buffer_size": 2_000, "learning_starts": 100,
-              "target_update_frequency": 100, "log_every": 100, "hidden_size": 32, "log_dir": str(tmp_path),
-              "seed": 7, "n_step": 3}
-    values.update(overrides)
-    return Config(**values)
 
 
 def parameters(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -59,7 +51,7 @@ def test_resume_without_replay_refills_first(tmp_path):
     summary = trainer.run()
     assert summary["steps"] == 400
     # Learning waited for learning_starts (100) fresh transitions after the resume at step 200.
-    assert trainer.learn_from == 300
+    assert trainer.state.learn_from == 300
     assert json.loads((tmp_path / "run" / "config.json").read_text())["total_steps"] == 400
 
 
@@ -100,7 +92,7 @@ def test_signal_checkpoints_and_exits_cleanly(tmp_path, signum, code):
     assert proc.returncode == code, err[-2000:]
     ckpt = tmp_path / "run" / "checkpoints" / "latest.pt"
     state = checkpoint.load(ckpt)
-    assert state["step"] > 0
+    assert state["train_state"]["step"] > 0
     assert str(ckpt) in err and "--resume" in err
     gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"worker processes left behind: {alive}"
@@ -136,7 +128,7 @@ def test_worker_exception_stops_the_run_naming_the_env(tmp_path):
         trainer.run()
     assert time.time() - start < 30
     assert trainer.envs.closed
-    assert checkpoint.load(trainer.worker_checkpoint)["step"] > 0
+    assert checkpoint.load(trainer.worker_checkpoint)["train_state"]["step"] > 0
     assert not [p for p in psutil.Process().children(recursive=True) if p.is_running()
                 and p.status() != psutil.STATUS_ZOMBIE]
 
@@ -159,7 +151,7 @@ def test_hung_worker_times_out(tmp_path):
     with pytest.raises(WorkerError, match=r"^env 1 did not answer within --worker-timeout 2.0 s"):
         trainer.run()
     assert time.time() - start < 30
-    assert checkpoint.load(trainer.worker_checkpoint)["step"] > 0
+    assert checkpoint.load(trainer.worker_checkpoint)["train_state"]["step"] > 0
     time.sleep(0.5)
     assert not [p for p in psutil.Process().children(recursive=True)
                 if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
@@ -180,7 +172,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_finite_checkpoint(tmp_path, mo
     with pytest.raises(NonFiniteError, match="learning-rate"):
         trainer.run()
     state = checkpoint.load(tmp_path / "run" / "checkpoints" / "latest.pt")
-    assert 0 < state["step"] < 500 + config.num_envs
+    assert 0 < state["train_state"]["step"] < 500 + config.num_envs
     for tensor in state["agent"]["online"].values():
         assert torch.isfinite(tensor).all()
     assert np.isfinite(trainer.step)

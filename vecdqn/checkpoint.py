@@ -1,44 +1,81 @@
-"""Checkpoint files: written atomically, found from a run folder, read back as a policy.
+"""Checkpoint files: atomic writes, safe loads, the training checkpoint as one unit, and the
+policy a checkpoint holds.
 
-Writing goes to a temporary file in the same folder, fsynced, then renamed: a reader never sees
-a half-written checkpoint, either the old file or the new one. A run folder's checkpoints are
-``<run>/checkpoints/latest.pt`` (saved periodically) and ``<run>/checkpoints/final.pt`` (at the
-end of the run). `load_policy` rebuilds the online Q-network of a checkpoint for evaluation.
+* **Atomic.** Every file is written to a temporary file in the same folder, fsynced and renamed:
+  a reader sees the old file or the new one, never half of one.
+* **Safe to load.** A checkpoint is read with ``torch.load(weights_only=True)`` (tensors and
+  plain containers only) and a saved replay with `vecdqn.safe_pickle` (an allowlist of NumPy
+  and vecdqn types): a crafted file cannot run code; it is refused with `CheckpointError`.
+* **One unit.** With ``--save-replay`` the replay goes to a file of its own whose name and token
+  the checkpoint records; it is written first, the checkpoint that names it replaces the old one,
+  and only then is the previous replay file removed. A crash at any moment leaves a complete
+  pair, and a replay that does not belong to the checkpoint is never combined with it.
+* **Found from a run folder.** A run's checkpoints are ``<run>/checkpoints/latest.pt`` (saved
+  periodically) and ``<run>/checkpoints/final.pt`` (at the end); `load_policy` rebuilds the
+  online Q-network of either for evaluation.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import random
+import shutil
 import tempfile
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
 import torch
 
+import vecdqn
+from vecdqn import safe_pickle
 from vecdqn.config import Config
 from vecdqn.model import QNetwork
 
-__all__ = ["CheckpointError", "Policy", "load", "load_policy", "resolve_checkpoint", "save_atomic"]
+__all__ = [
+    "CHECKPOINT_FORMAT", "CheckpointError", "Policy", "load", "load_policy", "load_replay", "load_training",
+    "remove_stale", "resolve_checkpoint", "save_atomic", "save_training",
+]
+
+CHECKPOINT_FORMAT = "vecdqn-checkpoint-2"
 
 
 class CheckpointError(Exception):
     """A checkpoint file is missing, truncated or not a vecdqn checkpoint."""
 
 
-def save_atomic(obj: Any, path: str | os.PathLike[str], dump: Callable[[Any, IO[bytes]], None] = torch.save) -> Path:
+def save_atomic(obj: Any, path: str | os.PathLike[str],
+                dump: Callable[[Any, IO[bytes]], None] | None = None) -> Path:
     """Write ``obj`` to ``path`` atomically (tmp file + fsync + rename) with ``dump(obj, file)``
-    (``torch.save`` by default; e.g. a pickle dump for the replay buffer). Returns the path."""
+    (``torch.save`` by default; e.g. a pickle dump for the replay buffer). Returns the path.
+
+    Raises:
+        CheckpointError: the file could not be written (e.g. the disk is full), naming it and the
+            free space; the temporary file is removed and an older ``path`` is left as it was.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            dump(obj, f)
+            (dump or torch.save)(obj, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except Exception as err:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        # A full disk surfaces as OSError from the file, or as torch's RuntimeError from its
+        # zip writer: name the file and the space left instead of a long C++ traceback.
+        free = shutil.disk_usage(path.parent).free
+        raise CheckpointError(
+            f"could not write {path} ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
+            f"{free / 2**20:.1f} MiB free in {path.parent}; the previous checkpoint is kept"
+        ) from err
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -63,7 +100,16 @@ def load(path: str | os.PathLike[str], *, required: tuple[str, ...] = ("config",
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        if "Weights only load failed" in str(err):
+            culprit = next((line.strip() for line in str(err).splitlines() if "GLOBAL" in line or "global" in line),
+                           "an object that is not a tensor or plain data")
+            raise CheckpointError(
+                f"checkpoint {path} holds more than tensors and plain data ({culprit}); vecdqn refuses to load it "
+                "because such a file can run code"
+            ) from None
+        raise CheckpointError(f"checkpoint {path} is corrupt or truncated ({type(err).__name__}: {err})") from None
     except Exception as err:  # torch raises several types for a damaged zip/pickle
         raise CheckpointError(f"checkpoint {path} is corrupt or truncated ({type(err).__name__}: {err})") from None
     if not isinstance(state, dict) or any(key not in state for key in required):
@@ -136,7 +182,7 @@ def load_policy(path: str | os.PathLike[str], device: torch.device | str = "cpu"
         ) from None
     device = torch.device(device)
     network.to(device).eval()
-    step = state.get("step")
+    step = state.get("train_state", {}).get("step")
     return Policy(network, config, file, int(step) if step is not None else None, device)
 
 
@@ -159,3 +205,137 @@ def _network(state: dict[str, Any], config: Config) -> QNetwork:
     )
     network.load_state_dict(state["agent"]["online"])
     return network
+
+
+# -- the training checkpoint ---------------------------------------------------------------------
+def rng_states() -> dict[str, Any]:
+    """The global random generators' states (Python, NumPy's legacy global, torch) as plain data
+    and tensors (loadable with ``weights_only=True``)."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        "numpy_global": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
+        "torch": torch.get_rng_state(),
+    }
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    """Restore `rng_states`."""
+    random.setstate(_tuples(states["python"]))
+    kind, keys, pos, has_gauss, cached = states["numpy_global"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(states["torch"])
+
+
+def _tuples(value: Any) -> Any:
+    """Lists back to the tuples `random.setstate` expects."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def save_training(path: str | os.PathLike[str], *, replay: Any = None, envs: dict[str, Any] | None = None,
+                  **state: Any) -> Path:
+    """Write a training checkpoint (and, with ``replay``, its replay file) as one unit.
+
+    Args:
+        path: the checkpoint file, e.g. ``<run>/checkpoints/latest.pt``.
+        replay: the replay buffer, or None; saved to ``<name>.<token>.replay`` first.
+        envs: ``{"snapshots": [bytes] * N, "obs": (N, S, H, W) uint8, "actions": (N,) int64}``
+            to continue the same games, or None.
+        **state: the rest (``config``, ``train_state``, ``agent``, ...): tensors and plain data.
+
+    Returns:
+        the checkpoint's path.
+
+    Raises:
+        CheckpointError: a file could not be written (e.g. the disk is full); the previous
+            checkpoint and its replay are kept, temporaries removed.
+    """
+    path = Path(path)
+    state = {"format": CHECKPOINT_FORMAT, "vecdqn_version": vecdqn.__version__, **state, "rng": rng_states()}
+    if envs is not None:
+        state["envs"] = {"snapshots": list(envs["snapshots"]), "obs": torch.from_numpy(np.array(envs["obs"])),
+                         "actions": torch.from_numpy(np.array(envs["actions"]))}
+    if replay is not None:
+        token = uuid.uuid4().hex[:12]
+        replay_path = path.with_name(f"{path.name}.{token}.replay")
+        save_atomic({"token": token, "buffer": replay}, replay_path,
+                    dump=lambda obj, f: pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL))
+        state["replay_file"], state["replay_token"] = replay_path.name, token
+    try:
+        save_atomic(state, path)
+    except CheckpointError:
+        if replay is not None:
+            replay_path.unlink(missing_ok=True)
+        raise
+    for old in path.parent.glob(f"{path.name}.*.replay"):
+        if old.name != state.get("replay_file"):
+            old.unlink(missing_ok=True)
+    return path
+
+
+def load_training(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Load a training checkpoint written by `save_training` (see `load` for the errors).
+
+    Raises:
+        CheckpointError: also for a checkpoint of an older format, which this version refuses.
+    """
+    state = load(path, required=("config", "format"))
+    if state["format"] != CHECKPOINT_FORMAT:
+        raise CheckpointError(
+            f"checkpoint {path} has format {state['format']!r}, written by an older vecdqn; this version reads "
+            f"{CHECKPOINT_FORMAT!r}: start a new run (or evaluate it with the version that wrote it)"
+        )
+    for key in ("train_state", "agent", "rng"):
+        if key not in state:
+            raise CheckpointError(f"checkpoint {path} is not a training checkpoint (missing {key!r})")
+    if "envs" in state:
+        state["envs"] = {**state["envs"], "obs": state["envs"]["obs"].numpy(),
+                         "actions": state["envs"]["actions"].numpy()}
+    state["path"] = str(path)
+    return state
+
+
+def load_replay(state: dict[str, Any]) -> tuple[Any, str | None]:
+    """The replay buffer saved with a checkpoint from `load_training`.
+
+    Returns:
+        ``(buffer, None)``, or ``(None, reason)`` when the checkpoint has no replay or its replay
+        file is missing or belongs to another checkpoint (never combined with it).
+
+    Raises:
+        CheckpointError: the replay file is corrupt, truncated or holds disallowed objects.
+    """
+    name = state.get("replay_file")
+    if not name:
+        return None, "no saved replay"
+    path = Path(state["path"]).parent / name
+    if not path.is_file():
+        return None, f"its replay file {path} is missing"
+    try:
+        with open(path, "rb") as f:
+            saved = safe_pickle.load(f)
+    except safe_pickle.UnsafePickleError as err:
+        raise CheckpointError(f"replay file {path}: {err}") from None
+    except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as err:
+        raise CheckpointError(f"replay file {path} is corrupt or truncated ({type(err).__name__}: {err})") from None
+    if not isinstance(saved, dict) or saved.get("token") != state.get("replay_token"):
+        return None, f"the replay file {path} belongs to another checkpoint"
+    return saved["buffer"], None
+
+
+def remove_stale(folder: str | os.PathLike[str]) -> list[Path]:
+    """Remove what an interrupted save left in a checkpoint folder: temporaries (``.*.tmp``) and
+    replay files that no checkpoint there names. Returns the removed paths."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    named = set()
+    for file in folder.glob("*.pt"):
+        try:
+            named.add(load(file).get("replay_file"))
+        except CheckpointError:
+            continue
+    stale = [p for p in folder.glob(".*.tmp")] + [p for p in folder.glob("*.replay") if p.name not in named]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale

@@ -18,8 +18,11 @@ import argparse
 import dataclasses
 import json
 import math
+import numbers
 import os
 import sys
+import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, NoReturn
 
@@ -35,6 +38,78 @@ FIXED_ON_RESUME = ("env_id", "num_envs", "frame_skip", "frame_stack", "screen_si
 
 def _f(default: Any, help: str) -> Any:  # noqa: A002 - "help" mirrors argparse
     return field(default=default, metadata={"help": help})
+
+
+def _is_int(value: Any) -> bool:
+    """An integer that is not a bool (NumPy integers included)."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Integral)
+
+
+@dataclass(frozen=True)
+class EnvOptions:
+    """The preprocessing options of one env: what `vecdqn.wrappers.make_env` builds from.
+
+    Units: ``noop_max`` and ``max_episode_frames`` count emulator frames; one agent step is
+    ``frame_skip`` frames. The Atari-only options (all but ``screen_size`` and ``frame_stack``)
+    are ignored for non-ALE envs such as ``vecdqn/Catch-v0``.
+    """
+
+    noop_max: int = _f(30, "at most this many no-op frames at the start of each game (0: none)")
+    frame_skip: int = _f(4, "emulator frames per agent step (action repeat; max over the last two)")
+    frame_stack: int = _f(4, "frames stacked into one observation")
+    screen_size: int = _f(84, "observation height and width in pixels")
+    episodic_life: bool = _f(True, "treat a lost life as the end of an episode for the learner")
+    fire_reset: bool = _f(True, "press FIRE after each reset in games that have it")
+    repeat_action_probability: float | None = _f(
+        None, "sticky-action probability per frame (Machado et al. 2018 use 0.25); unset: the env id's own "
+        "default (0.0 for *NoFrameskip-v4 ids, 0.25 for ALE/*-v5 ids)")
+    max_episode_frames: int | None = _f(108_000, "truncate a game after this many emulator frames (frames, "
+                                                 "not agent steps)")
+
+    def validate(self, name: Callable[[str], str] | None = None) -> None:
+        """Check every value's type and range.
+
+        Args:
+            name: how an error names an option (default ``"frame_skip=0"`` style; the CLI passes
+                `option_flag` for ``"--frame-skip 0"``).
+
+        Raises:
+            ValueError: naming the option, its value and what is allowed.
+        """
+        def bad(option: str, value: Any, hint: str) -> ValueError:
+            said = f"{name(option)} {value}" if name else f"{option}={value!r}"
+            return ValueError(f"{said} is invalid; {hint}")
+
+        for option, minimum, hint in [
+            ("noop_max", 0, "use 0 (no no-op starts) or a positive count of frames"),
+            ("frame_skip", 1, "use 1 (no frame skipping) or more frames per step"),
+            ("screen_size", 1, "use a positive side length in pixels, e.g. 84"),
+            ("frame_stack", 1, "use 1 (no stacking) or more frames, e.g. 4"),
+        ]:
+            value = getattr(self, option)
+            if not _is_int(value) or value < minimum:
+                raise bad(option, value, hint)
+        for option in ("episodic_life", "fire_reset"):
+            value = getattr(self, option)
+            if type(value).__name__ not in ("bool", "bool_"):
+                raise bad(option, value, "use True or False")
+        p = self.repeat_action_probability
+        if p is not None and (isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0):
+            raise bad("repeat_action_probability", p, "use a probability in [0, 1] (0.25 as in Machado et al. "
+                      "2018, 0.0 for deterministic emulation) or leave it unset for the env id's default")
+        frames = self.max_episode_frames
+        if frames is not None and (not _is_int(frames) or frames < 1):
+            raise bad("max_episode_frames", frames, "use a positive number of frames (108_000 = 30 minutes) or "
+                      "None for no cap")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _env_field(name: str) -> Any:
+    """A `Config` field mirroring `EnvOptions`' field ``name``: one default, one help text."""
+    source = EnvOptions.__dataclass_fields__[name]
+    return field(default=source.default, metadata=source.metadata)
 
 
 @dataclass
@@ -53,17 +128,18 @@ class Config:
     torch_threads: int = _f(0, "torch intra-op threads of the learner (0: all cores on a CPU learner, "
                                "the cores the env workers leave free on a GPU)")
     log_every: int = _f(10_000, "write scalar metrics every this many agent steps")
-    preset: str = _f("", "named set of defaults to start from: 'catch' (see README); explicit options win")
+    preset: str = _f("", "named set of defaults to start from: 'catch', 'pong' or 'labml' (their values are in "
+                         "the README); explicit options win")
 
-    # --- environment (DeepMind/Nature preprocessing) ----------------------------------------
-    noop_max: int = _f(30, "at most this many no-op frames at the start of each game (0: none)")
-    frame_skip: int = _f(4, "emulator frames per agent step (action repeat; max over the last two)")
-    frame_stack: int = _f(4, "frames stacked into one observation")
-    screen_size: int = _f(84, "observation height and width in pixels")
-    episodic_life: bool = _f(True, "treat a lost life as the end of an episode for the learner")
-    fire_reset: bool = _f(True, "press FIRE after each reset in games that have it")
-    repeat_action_probability: float = _f(0.0, "sticky-action probability (Machado et al. 2018 use 0.25)")
-    max_episode_frames: int = _f(108_000, "truncate a game after this many emulator frames (frames, not agent steps)")
+    # --- environment (DeepMind/Nature preprocessing): the fields of `EnvOptions` -------------
+    noop_max: int = _env_field("noop_max")
+    frame_skip: int = _env_field("frame_skip")
+    frame_stack: int = _env_field("frame_stack")
+    screen_size: int = _env_field("screen_size")
+    episodic_life: bool = _env_field("episodic_life")
+    fire_reset: bool = _env_field("fire_reset")
+    repeat_action_probability: float | None = _env_field("repeat_action_probability")
+    max_episode_frames: int = _env_field("max_episode_frames")
 
     # --- replay -----------------------------------------------------------------------------
     buffer_size: int = _f(1_000_000, "replay capacity, in frame slots: one per transition + one per episode")
@@ -72,6 +148,8 @@ class Config:
     per_beta_start: float = _f(0.4, "importance-sampling exponent beta at the start of learning")
     per_beta_end: float = _f(1.0, "importance-sampling exponent beta after --per-beta-steps")
     per_beta_steps: int = _f(10_000_000, "agent steps, from step 0, over which beta anneals linearly to its end value")
+    per_beta_schedule: str = _f("", "beta as 'step:value,...' pairs in agent steps, linear between them and constant "
+                                    "after the last (replaces --per-beta-start/-end/-steps)")
     per_eps: float = _f(1e-6, "added to |TD error| to form a priority")
     n_step: int = _f(3, "n of n-step returns, in agent steps (1: one-step TD; at most 1000)")
 
@@ -79,7 +157,9 @@ class Config:
     learning_starts: int = _f(80_000, "agent steps of experience collected before the first update")
     train_frequency: int = _f(4, "one gradient update every this many agent steps")
     batch_size: int = _f(32, "transitions per gradient update")
-    learning_rate: float = _f(6.25e-5, "Adam learning rate")
+    learning_rate: float = _f(6.25e-5, "Adam learning rate (constant; see --learning-rate-schedule)")
+    learning_rate_schedule: str = _f("", "learning rate as 'step:value,...' pairs in agent steps, linear between "
+                                         "them and constant after the last (replaces --learning-rate)")
     adam_eps: float = _f(1.5e-4, "Adam epsilon")
     gamma: float = _f(0.99, "discount factor per agent step")
     target_update_frequency: int = _f(8_000, "copy online to target network every this many agent steps")
@@ -94,9 +174,14 @@ class Config:
     epsilon_start: float = _f(1.0, "epsilon-greedy epsilon at step 0")
     epsilon_end: float = _f(0.01, "epsilon after the decay")
     epsilon_decay_steps: int = _f(250_000, "agent steps, from step 0, over which epsilon decays linearly")
+    epsilon_schedule: str = _f("", "epsilon as 'step:value,...' pairs in agent steps, e.g. '0:1.0,800000:0.1,"
+                                   "16000000:0.01': linear between them, constant after the last (replaces "
+                                   "--epsilon-start/-end/-decay-steps)")
 
     # --- checkpoints and evaluation -----------------------------------------------------------
     checkpoint_every: int = _f(500_000, "write checkpoints/latest.pt every this many agent steps (0: only at the end)")
+    keep_checkpoints: bool = _f(False, "also keep each periodic checkpoint as checkpoints/step_<agent step>.pt "
+                                       "(networks and counters, no replay), e.g. to evaluate them later")
     save_replay: bool = _f(False, "also save the replay buffer with each checkpoint (for exact resume)")
     resume: str = _f("", "run folder (or checkpoint file) to continue")
     worker_timeout: float = _f(60.0, "seconds an env worker may take to answer before the run stops")
@@ -112,14 +197,14 @@ class Config:
         """
         positive = [
             "total_steps", "num_envs", "buffer_size", "batch_size", "train_frequency",
-            "target_update_frequency", "frame_skip", "frame_stack", "screen_size", "n_step",
-            "log_every", "max_episode_frames", "hidden_size", "eval_episodes", "per_beta_steps",
+            "target_update_frequency", "n_step", "log_every", "hidden_size", "eval_episodes", "per_beta_steps",
         ]
         for name in positive:
             value = getattr(self, name)
             if value < 1:
                 raise ValueError(f"{option_flag(name)} {value} must be a positive integer (>= 1)")
-        for name in ["learning_starts", "noop_max", "checkpoint_every", "eval_every", "epsilon_decay_steps",
+        self.env_options().validate(option_flag)
+        for name in ["learning_starts", "checkpoint_every", "eval_every", "epsilon_decay_steps",
                      "torch_threads"]:
             value = getattr(self, name)
             if value < 0:
@@ -128,7 +213,7 @@ class Config:
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{option_flag(name)} {value} must be a positive number")
-        for name in ["gamma", "repeat_action_probability", "epsilon_start", "epsilon_end", "eval_epsilon",
+        for name in ["gamma", "epsilon_start", "epsilon_end", "eval_epsilon",
                      "per_beta_start", "per_beta_end"]:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
@@ -140,6 +225,19 @@ class Config:
         ]:
             if not (ok and math.isfinite(value)):
                 raise ValueError(f"{option_flag(name)} {value} must be a finite number {allowed}")
+        for name, low, high in [("epsilon_schedule", 0.0, 1.0), ("per_beta_schedule", 0.0, 1.0),
+                                ("learning_rate_schedule", 0.0, math.inf)]:
+            text = getattr(self, name)
+            if not text:
+                continue
+            try:
+                values = [v for _, v in parse_pairs(text)]
+            except ValueError as err:
+                raise ValueError(f"{option_flag(name)} {text!r}: {err}") from None
+            bad = [v for v in values if not (low <= v <= high) or (name == "learning_rate_schedule" and v <= 0)]
+            if bad:
+                allowed = "positive" if high == math.inf else f"in [{low:g}, {high:g}]"
+                raise ValueError(f"{option_flag(name)} {text!r}: values {bad} must be {allowed}")
         if not 0 <= self.seed < 2**32:
             raise ValueError(f"--seed {self.seed} must be in [0, 2**32) (env i is seeded seed + i)")
         if self.seed + self.num_envs > 2**32:
@@ -186,6 +284,35 @@ class Config:
         if self.preset and self.preset not in PRESETS:
             raise ValueError(f"--preset {self.preset!r} is unknown; choose one of {sorted(PRESETS)}")
 
+    def schedule_points(self, quantity: str) -> list[tuple[float, float]]:
+        """The ``(agent step, value)`` points of the ``"epsilon"``, ``"per_beta"`` or
+        ``"learning_rate"`` schedule: its ``--*-schedule`` option when given, else the two-point
+        shorthand (ε from ``epsilon_start`` to ``epsilon_end`` over ``epsilon_decay_steps``; β from
+        ``per_beta_start`` to ``per_beta_end`` over ``per_beta_steps``, 0 without PER; a constant
+        ``learning_rate``).
+
+        Raises:
+            ValueError: an unknown quantity or a malformed schedule.
+        """
+        if quantity not in ("epsilon", "per_beta", "learning_rate"):
+            raise ValueError(f"unknown schedule {quantity!r}; use 'epsilon', 'per_beta' or 'learning_rate'")
+        if quantity == "per_beta" and not self.per:
+            return [(0, 0.0)]
+        text = getattr(self, f"{quantity}_schedule")
+        if text:
+            return parse_pairs(text)
+        if quantity == "epsilon":
+            if self.epsilon_decay_steps == 0:
+                return [(0, self.epsilon_end)]
+            return [(0, self.epsilon_start), (self.epsilon_decay_steps, self.epsilon_end)]
+        if quantity == "per_beta":
+            return [(0, self.per_beta_start), (self.per_beta_steps, self.per_beta_end)]
+        return [(0, self.learning_rate)]
+
+    def env_options(self) -> EnvOptions:
+        """The env preprocessing options of this run."""
+        return EnvOptions(**{f.name: getattr(self, f.name) for f in fields(EnvOptions)})
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -229,6 +356,97 @@ PRESETS: dict[str, dict[str, Any]] = {
         eval_every=0,
         per_alpha=0.5,
     ),
+    # labml's annotated DQN experiment on Breakout (labml_nn.rl.dqn: dueling network, double-Q
+    # Huber loss, prioritized replay, 8 worker processes), converted to agent steps: there one
+    # "update" collects 8 workers x 4 steps = 32 transitions and then trains 8 minibatches of
+    # 32, i.e. one update of 32 every 4 agent steps; its 1,000,000 updates are 32,000,000 agent
+    # steps. vecdqn keeps its own DeepMind-protocol wrappers (see README).
+    "labml": dict(
+        env_id="BreakoutNoFrameskip-v4",
+        num_envs=8,
+        total_steps=32_000_000,
+        buffer_size=2**14,
+        per_alpha=0.6,
+        per_eps=1e-6,
+        learning_starts=2**14,  # learning starts when the replay is full
+        train_frequency=4,
+        batch_size=32,
+        target_update_frequency=8_000,  # every 250 of its updates
+        epsilon_schedule="0:1.0,800000:0.1,16000000:0.01",  # (0, 1.0), (25k, 0.1), (500k, 0.01) updates
+        per_beta_start=0.4,
+        per_beta_end=1.0,
+        per_beta_steps=32_000_000,
+        learning_rate=1e-4,
+        adam_eps=1e-8,  # PyTorch's default
+        max_grad_norm=0.5,
+        gamma=0.99,
+        n_step=1,
+        clip_rewards=False,
+    ),
+}
+
+
+# Where each preset comes from (shown by --help with its values).
+PRESET_SOURCES = {
+    "catch": "the pixel Catch game of vecdqn's tests (bsuite's Catch, Osband et al. 2020), learnable on a CPU "
+             "in minutes",
+    "labml": "labml's annotated DQN experiment on Breakout (labml_nn.rl.dqn), converted to agent steps",
+}
+
+
+def presets_help() -> str:
+    """Each preset's source and values, for ``--help``."""
+    lines = ["presets (explicit options override their values):"]
+    for name, values in PRESETS.items():
+        lines.append(textwrap.fill(f"{name}: {PRESET_SOURCES.get(name, '')}", 100, initial_indent="  ",
+                                   subsequent_indent="    "))
+        flags = [(option_flag(k) if v else "--no-" + option_flag(k)[2:]) if isinstance(v, bool)
+                 else f"{option_flag(k)} {v}" for k, v in values.items()]
+        lines.append(textwrap.fill(", ".join(flags), 100,
+                                   initial_indent="    ", subsequent_indent="    ", break_on_hyphens=False))
+    return "\n".join(lines)
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults after each option; the epilog (the presets) printed as written."""
+
+
+def parse_pairs(text: str) -> list[tuple[float, float]]:
+    """``"step:value,step:value,..."`` (agent steps from 0, strictly increasing) as a list of
+    ``(step, value)`` points.
+
+    >>> parse_pairs("0:1.0, 800000:0.1")
+    [(0, 1.0), (800000, 0.1)]
+
+    Raises:
+        ValueError: naming the bad pair: not ``step:value`` numbers, a negative step, a value
+            that is not finite, or steps that do not increase.
+    """
+    points: list[tuple[float, float]] = []
+    for pair in text.split(","):
+        step, sep, value = pair.strip().partition(":")
+        try:
+            if not sep:
+                raise ValueError
+            point = (int(step), float(value))
+        except ValueError:
+            raise ValueError(f"{pair.strip()!r} is not a 'step:value' pair (e.g. '0:1.0,250000:0.01')") from None
+        if point[0] < 0:
+            raise ValueError(f"step {point[0]} of {pair.strip()!r} is negative; steps count agent steps from 0")
+        if not math.isfinite(point[1]):
+            raise ValueError(f"the value of {pair.strip()!r} is not a finite number")
+        points.append(point)
+    steps = [s for s, _ in points]
+    if any(b <= a for a, b in zip(steps, steps[1:])):
+        raise ValueError(f"the steps {steps} must increase strictly")
+    return points
+
+
+# The two forms of each schedule: giving both is refused.
+SCHEDULE_SHORTHANDS = {
+    "epsilon_schedule": ("epsilon_start", "epsilon_end", "epsilon_decay_steps"),
+    "per_beta_schedule": ("per_beta_start", "per_beta_end", "per_beta_steps"),
+    "learning_rate_schedule": ("learning_rate",),
 }
 
 
@@ -251,14 +469,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train a DQN agent (double DQN, dueling network, prioritized replay) on an Atari game. "
         "All counts are agent steps summed over envs (1 agent step = frame-skip emulator frames) "
         "unless the option says frames.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
+        epilog=presets_help(),
+        # A prefix such as --total for --total-steps would be parsed but not seen by
+        # `explicit_options`, so a preset or a resume would silently override it: refuse prefixes.
+        allow_abbrev=False,
     )
     for f in fields(Config):
         kwargs: dict[str, Any] = {"help": f.metadata["help"], "default": f.default}
         if f.type in ("bool", bool):
             kwargs["action"] = argparse.BooleanOptionalAction
         else:
-            type_name = f.type if isinstance(f.type, str) else f.type.__name__
+            type_name = (f.type if isinstance(f.type, str) else f.type.__name__).removesuffix(" | None")
             kwargs["type"] = {"int": int, "float": float, "str": str}[type_name]
             kwargs["metavar"] = type_name.upper()
         parser.add_argument(option_flag(f.name), dest=f.name, **kwargs)
@@ -274,13 +496,17 @@ def parse_args(argv: list[str] | None = None) -> Config:
     parser = build_parser()
     args = parser.parse_args(argv)
     given = explicit_options(parser, argv if argv is not None else sys.argv[1:])
+    for schedule, shorthand in SCHEDULE_SHORTHANDS.items():
+        both = sorted(option_flag(name) for name in given.intersection(shorthand))
+        if schedule in given and both:
+            parser.exit(2, f"error: {option_flag(schedule)} and {', '.join(both)} set the same schedule; give one "
+                           "form only\n")
     values = vars(args)
     if args.preset:
         if args.preset not in PRESETS:
             parser.exit(2, f"error: --preset {args.preset!r} is unknown; choose one of {sorted(PRESETS)}\n")
-        for key, value in PRESETS[args.preset].items():
-            if key not in given:
-                values[key] = value
+        for key, value in preset_values(args.preset, given).items():
+            values[key] = value
     config = Config(**values)
     if config.resume:
         # The saved configuration, updated with the options given here, is checked on resume.
@@ -290,6 +516,19 @@ def parse_args(argv: list[str] | None = None) -> Config:
     except ValueError as err:
         parser.exit(2, f"error: {err}\n")
     return config
+
+
+def preset_values(preset: str, given: set[str]) -> dict[str, Any]:
+    """The values a preset sets, less those the command line gives: an explicit option wins,
+    and an explicit two-point shorthand (e.g. ``--epsilon-end``) also drops the preset's
+    schedule of that quantity (``epsilon_schedule``), and the reverse."""
+    skip = set(given)
+    for schedule, shorthand in SCHEDULE_SHORTHANDS.items():
+        if skip.intersection(shorthand):
+            skip.add(schedule)
+        if schedule in skip:
+            skip.update(shorthand)
+    return {key: value for key, value in PRESETS[preset].items() if key not in skip}
 
 
 def explicit_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
@@ -312,14 +551,11 @@ def default_torch_threads(num_envs: int, cpu_count: int | None = None, device_ty
     Rule: a learner on the CPU takes every core; a learner on a GPU takes the cores the env
     workers leave free (at least one, at most four: it only feeds the GPU).
 
-    Why: on the CPU the learner is the bottleneck by far. A batch-32 update of the dueling
-    network takes ~32 ms on 2 threads, while one vector step of 8 envs costs the workers ~5 ms
-    of CPU in all, and with `Trainer`'s overlap they run while the update runs. Measured on 2
-    cores, 8 envs, end to end: 100 agent steps/s with 2 learner threads against 74 with 1 (plain
-    DQN: 149 against 108). A learner thread only loses badly to busy workers when the workers
-    are busy all the time (an env-bound run: a 2-thread update with the other core saturated
-    took ~700 ms against ~60 ms on 1 thread), which is the GPU case: there the workers get the
-    cores.
+    Why: on the CPU the learner is the bottleneck by far (an update costs several times the
+    workers' CPU for one vector step, and `Trainer` overlaps the two), so it gets every core.
+    A learner thread only loses badly to workers that are busy all the time (an env-bound
+    run), which is the GPU case: there the workers get the cores. The README's Performance
+    section has the measured figures.
     """
     cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
     if device_type == "cpu":

@@ -37,6 +37,7 @@ Scores and their normalization live in `vecdqn.scores`; the policy of a checkpoi
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,19 +48,16 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from vecdqn.checkpoint import resolve_checkpoint
 from vecdqn.config import Config
 from vecdqn.frame_tap import FrameTap
 from vecdqn.scores import HUMAN_RANDOM_SCORES, SCORE_SOURCE, game_name, human_normalized_score
-from vecdqn.video import ATARI_FPS, BestEpisodeRecorder, video_for_tensorboard
+from vecdqn.video import ATARI_FPS, BestEpisodeRecorder
 from vecdqn.wrappers import make_env
 
 __all__ = [
     "EvalResult",
     "evaluate",
     # Re-exported from their homes (vecdqn.checkpoint, vecdqn.video) for existing callers.
-    "resolve_checkpoint",
-    "video_for_tensorboard",
 ]
 
 
@@ -260,21 +258,6 @@ def _checked_protocol(
     return noop_max, max_episode_frames
 
 
-def _env_options(config: Config, *, noop_max: int, max_episode_frames: int) -> dict[str, Any]:
-    """``make_env``'s keyword arguments for evaluation: the run's preprocessing, copied field by
-    field from ``config``, with whole games and the evaluation's no-op and frame caps (frames)."""
-    return {
-        "noop_max": noop_max,
-        "frame_skip": config.frame_skip,
-        "screen_size": config.screen_size,
-        "frame_stack": config.frame_stack,
-        "episodic_life": False,  # whole games: the score papers report
-        "fire_reset": config.fire_reset,
-        "repeat_action_probability": config.repeat_action_probability,
-        "max_episode_frames": max_episode_frames,
-    }
-
-
 def _tapped_env(
     config: Config,
     recorder: BestEpisodeRecorder | None,
@@ -291,7 +274,10 @@ def _tapped_env(
 
     env = make_env(
         config.env_id,
-        **_env_options(config, noop_max=noop_max, max_episode_frames=max_episode_frames),
+        # The run's preprocessing, with whole games (the score papers report) and the
+        # evaluation's no-op and frame caps (frames).
+        dataclasses.replace(config.env_options(), episodic_life=False, noop_max=noop_max,
+                            max_episode_frames=max_episode_frames),
         base_wrapper=tap,  # sees every raw frame: counts them, sums the score, records
     )
     return env, taps[0]

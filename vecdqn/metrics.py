@@ -50,7 +50,9 @@ class MetricsLogger:
         episode_history: list[tuple[float, float]] | None = None,
         episodes: int = 0,
     ):
-        self.writer = SummaryWriter(run_dir)
+        # On resume, events a killed process wrote after the checkpoint's step are dropped, so
+        # every curve has one value per step (the resumed run writes those steps again).
+        self.writer = SummaryWriter(run_dir, purge_step=initial_step + 1 if initial_step else None)
         self.returns: collections.deque[float] = collections.deque(maxlen=window)
         self.lengths: collections.deque[float] = collections.deque(maxlen=window)
         for r, length in episode_history or []:
@@ -59,14 +61,30 @@ class MetricsLogger:
         self.episodes = episodes
         if initial_step == 0:
             self._write_config(config)
-        # Redraw at most every 0.5 s on a terminal; in a log file (no TTY) every 30 s, so the
-        # file stays readable.
-        interactive = sys.stderr.isatty()
-        self.bar = tqdm(total=total_steps, initial=initial_step, unit="step", dynamic_ncols=True,
-                        disable=not progress, smoothing=0.05, mininterval=0.5 if interactive else 30.0)
+        self._loss_sums: dict[str, float] = collections.defaultdict(float)
+        self._loss_count = 0
+        self._total_steps = total_steps
+        self._show = progress
         self._last_time = time.perf_counter()
         self._last_step = initial_step
         self._step = initial_step
+        self.bar = self._new_bar(initial_step, warm_up=True)
+
+    def _new_bar(self, step: int, *, warm_up: bool) -> tqdm:
+        """The progress bar. During the warm-up (random play before the first update) it shows no
+        ETA: the warm-up's rate says nothing of the rate once the learner runs."""
+        # Redraw at most every 0.5 s on a terminal; in a log file (no TTY) every 30 s, so the
+        # file stays readable.
+        interactive = sys.stderr.isatty()
+        bar_format = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix}, warm-up]" if warm_up else None
+        return tqdm(total=self._total_steps, initial=step, unit="step", dynamic_ncols=True, disable=not self._show,
+                    smoothing=0.05, mininterval=0.5 if interactive else 30.0, bar_format=bar_format)
+
+    def learning_started(self, step: int) -> None:
+        """The learner's first update happened: from now on the bar's rate and ETA count only
+        agent steps with learning."""
+        self.bar.close()
+        self.bar = self._new_bar(step, warm_up=False)
 
     def _write_config(self, config: Mapping[str, Any]) -> None:
         table = "|option|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in config.items())
@@ -77,7 +95,8 @@ class MetricsLogger:
             self.writer.file_writer.add_summary(summary)
 
     def episode(self, step: int, episodic_return: float, length: float) -> None:
-        """Record one finished game: raw return and length in emulator frames."""
+        """Record one finished game at its own agent step: raw return and length in emulator
+        frames (``charts/episodic_return``, ``charts/episodic_length``)."""
         self.returns.append(float(episodic_return))
         self.lengths.append(float(length))
         self.episodes += 1
@@ -88,6 +107,19 @@ class MetricsLogger:
     def mean_return(self) -> float:
         """Mean raw return of the last ``window`` games (NaN before the first)."""
         return float(np.mean(self.returns)) if self.returns else float("nan")
+
+    def losses(self, metrics: Mapping[str, float]) -> None:
+        """Add one update's ``td_loss`` and ``q_values`` to the means `flush_losses` writes."""
+        self._loss_sums["losses/td_loss"] += metrics["td_loss"]
+        self._loss_sums["losses/q_values"] += metrics["q_values"]
+        self._loss_count += 1
+
+    def flush_losses(self, step: int) -> None:
+        """Write the mean loss and Q-value of the updates since the last call (if any)."""
+        if self._loss_count:
+            self.scalars(step, {tag: total / self._loss_count for tag, total in self._loss_sums.items()})
+        self._loss_sums.clear()
+        self._loss_count = 0
 
     def scalars(self, step: int, values: Mapping[str, float]) -> None:
         """Write ``{tag: value}`` at agent step ``step``."""

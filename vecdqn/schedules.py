@@ -42,3 +42,23 @@ class PiecewiseLinear:
 
     def __repr__(self) -> str:
         return f"PiecewiseLinear({list(zip(self.steps, self.values))})"
+
+
+class Schedules:
+    """The run's schedules over agent steps: ε (exploration), β (importance-sampling exponent
+    of prioritized replay, Schaul et al. 2016, Sec. 3.4) and Adam's learning rate.
+
+    Each is a `PiecewiseLinear`; `from_config` builds them from a run's configuration.
+    """
+
+    def __init__(self, epsilon: PiecewiseLinear, beta: PiecewiseLinear, learning_rate: PiecewiseLinear):
+        self.epsilon = epsilon
+        self.beta = beta
+        self.learning_rate = learning_rate
+
+    @classmethod
+    def from_config(cls, config) -> Schedules:
+        """From a ``Config``'s ``schedule_points`` (a ``*_schedule`` option, or its two-point
+        shorthand). All start at agent step 0, not at ``learning_starts``, so a run continued
+        with a larger ``total_steps`` keeps its schedules (exact resume)."""
+        return cls(*(PiecewiseLinear(config.schedule_points(q)) for q in ("epsilon", "per_beta", "learning_rate")))

@@ -1,4 +1,4 @@
-"""``make_vector_env``: N preprocessed envs, each in its own process.
+"""``make_vector_env``: N preprocessed envs, each in its own process, and `WorkerGuard`.
 
 Shape legend: ``N`` envs, ``S`` stacked frames (4), ``84`` the screen size.
 
@@ -12,20 +12,25 @@ ended). The transition to store is ``(obs, action, reward, final_obs, terminated
 from __future__ import annotations
 
 import functools
-import inspect
 import multiprocessing
+import signal
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
+from vecdqn.config import EnvOptions
 from vecdqn.wrappers import check_env_options, make_env
 
-__all__ = ["make_vector_env"]
+__all__ = ["WorkerError", "WorkerGuard", "make_vector_env"]
 
 
-def _make_worker_env(env_id: str, options: dict[str, Any]) -> gym.Env:
+class WorkerError(RuntimeError):
+    """An env worker raised, died or did not answer in time."""
+
+
+def _make_worker_env(env_id: str, options: EnvOptions) -> gym.Env:
     """The thunk each worker runs: registers the env ids in *this* process, then makes the env.
 
     With the ``spawn`` and ``forkserver`` start methods the worker starts from a fresh
@@ -41,7 +46,7 @@ def _make_worker_env(env_id: str, options: dict[str, Any]) -> gym.Env:
     # One worker is one core's worth of work: OpenCV's own thread pool (as many threads as
     # cores, in every worker) would only add contention for the resize of one small frame.
     cv2.setNumThreads(1)
-    return make_env(env_id, **options)
+    return make_env(env_id, options)
 
 
 def make_vector_env(
@@ -49,9 +54,10 @@ def make_vector_env(
     num_envs: int,
     *,
     context: str | None = None,
+    options: EnvOptions | None = None,
     **wrapper_options: Any,
 ) -> AsyncVectorEnv:
-    """``num_envs`` copies of ``make_env(env_id, **wrapper_options)`` in worker processes.
+    """``num_envs`` copies of ``make_env(env_id, options)`` in worker processes.
 
     Observations ``(N, S, 84, 84) uint8`` in shared memory; actions ``(N,) int64``; rewards
     ``(N,) float64`` raw; ``terminated``/``truncated`` ``(N,) bool``. ``reset(seed=s)`` seeds
@@ -62,7 +68,8 @@ def make_vector_env(
         num_envs: number of envs (worker processes), at least 1.
         context: multiprocessing start method (``"fork"``, ``"spawn"``, ``"forkserver"``);
             None: the platform default.
-        **wrapper_options: keyword options of ``vecdqn.wrappers.make_env``.
+        options: the env options (`vecdqn.config.EnvOptions`), or give them as keywords
+            (``**wrapper_options``, the same names), not both.
 
     Raises:
         ValueError: ``num_envs < 1``, an unknown start method, env id or option, or an invalid
@@ -73,20 +80,137 @@ def make_vector_env(
     methods = multiprocessing.get_all_start_methods()
     if context is not None and context not in methods:
         raise ValueError(f"context={context!r} is not a start method here; use one of {methods}")
-    allowed = [
-        name
-        for name, p in inspect.signature(make_env).parameters.items()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY
-    ]
-    unknown = sorted(set(wrapper_options) - set(allowed))
-    if unknown:
-        raise ValueError(f"unknown env option(s) {unknown}; make_env accepts {allowed}")
-    check_env_options(env_id, **wrapper_options)
-
-    thunk = functools.partial(_make_worker_env, env_id, dict(wrapper_options))
+    options = check_env_options(env_id, options, **wrapper_options)
+    thunk = functools.partial(_make_worker_env, env_id, options)
     return AsyncVectorEnv(
         [thunk] * num_envs,
         shared_memory=True,
         context=context,
         autoreset_mode=AutoresetMode.SAME_STEP,
     )
+
+
+class WorkerGuard:
+    """An ``AsyncVectorEnv`` whose every call turns a worker's failure into one `WorkerError`.
+
+    A worker can raise, be killed or hang at any moment, also while the main process is busy
+    elsewhere: the next call into the vector env (``reset``, ``step_async``, ``step_wait``,
+    the snapshot ``get_attr``/``set_attr``) then raises `WorkerError` naming the failed env(s)
+    and the agent step, whatever gymnasium raised (a worker's exception, ``BrokenPipeError``,
+    ``EOFError``, a timeout).
+
+    Args:
+        envs: the vector env (`make_vector_env`'s result).
+        timeout: seconds a worker may take to answer a step or reset.
+    """
+
+    def __init__(self, envs: AsyncVectorEnv, timeout: float):
+        self.envs = envs
+        self.timeout = timeout
+
+    @classmethod
+    def start(cls, env_id: str, num_envs: int, options: EnvOptions, timeout: float) -> WorkerGuard:
+        """Start the workers ignoring SIGINT/SIGTERM (the disposition is inherited): a Ctrl-C
+        reaches the whole process group, and the main process, not each worker, decides how to
+        stop."""
+        old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            return cls(make_vector_env(env_id, num_envs, options=options), timeout)
+        finally:
+            for s, handler in old.items():
+                signal.signal(s, handler)
+
+    @property
+    def single_observation_space(self) -> gym.Space:
+        return self.envs.single_observation_space
+
+    @property
+    def single_action_space(self) -> gym.Space:
+        return self.envs.single_action_space
+
+    @property
+    def closed(self) -> bool:
+        return self.envs.closed
+
+    def failed_workers(self) -> str:
+        """Name the failed env workers: gymnasium drops the pipe of a worker that raised; a
+        killed worker shows as a dead process."""
+        failed = {i for i, pipe in enumerate(self.envs.parent_pipes) if pipe is None}
+        failed |= {i for i, p in enumerate(self.envs.processes) if not p.is_alive()}
+        return "env " + ", ".join(map(str, sorted(failed))) if failed else "an env worker"
+
+    def _failure(self, step: int, err: BaseException, doing: str = "") -> WorkerError:
+        doing = f" ({doing})" if doing else ""
+        return WorkerError(f"{self.failed_workers()} failed at agent step {step}{doing}: {type(err).__name__}: {err}")
+
+    def reset(self, seed: int, step: int) -> tuple[np.ndarray, dict[str, Any]]:
+        """``reset(seed=seed)``: env ``i`` gets ``seed + i``. Returns ``(N, S, 84, 84) uint8`` obs."""
+        try:
+            return self.envs.reset(seed=seed)
+        except Exception as err:
+            raise self._failure(step, err, "reset") from err
+
+    def step_async(self, actions: np.ndarray, step: int) -> None:
+        """Send ``(N,) int64`` actions; returns at once while the workers emulate."""
+        try:
+            self.envs.step_async(actions)
+        except Exception as err:  # a dead worker's pipe: BrokenPipeError, EOFError
+            raise self._failure(step, err, "sending actions") from err
+
+    def step_wait(self, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """The results of `step_async`: obs, rewards, terminated, truncated, infos."""
+        try:
+            return self.envs.step_wait(timeout=self.timeout)
+        except multiprocessing.TimeoutError:
+            # The workers that have not answered are those whose pipe holds no reply.
+            hung = [i for i, pipe in enumerate(self.envs.parent_pipes) if pipe is not None and not pipe.poll(0)]
+            which = "env " + ", ".join(map(str, hung)) if hung else "an env worker"
+            raise WorkerError(f"{which} did not answer within --worker-timeout {self.timeout} s "
+                              f"at agent step {step}") from None
+        except Exception as err:  # the worker's own exception, re-raised by gymnasium, or a dead pipe
+            raise self._failure(step, err) from err
+
+    def _check_alive(self, what: str, step: int) -> None:
+        """``get_attr``/``set_attr`` wait without a timeout: refuse first if a worker is gone."""
+        if any(pipe is None for pipe in self.envs.parent_pipes) or not all(
+            p.is_alive() for p in self.envs.processes
+        ):
+            raise WorkerError(f"{self.failed_workers()} is not running ({what} at agent step {step})")
+
+    def snapshots(self, step: int) -> list[Any] | None:
+        """Each env's snapshot (emulator, RNGs, wrapper state), or None for envs without one."""
+        self._check_alive("snapshotting the envs", step)
+        try:
+            return list(self.envs.get_attr("snapshot"))
+        except AttributeError:
+            return None
+        except Exception as err:
+            raise self._failure(step, err, "snapshot") from err
+
+    def restore(self, snapshots: list[Any], step: int) -> bool:
+        """Put each env back into its snapshot; False if the envs cannot be restored."""
+        self._check_alive("restoring the envs", step)
+        try:
+            self.envs.set_attr("snapshot", snapshots)
+            return True
+        except (AttributeError, TypeError, ValueError):
+            return False
+        except Exception as err:
+            raise self._failure(step, err, "restore") from err
+
+    def close(self) -> None:
+        """Close the workers normally (each finishes its current call)."""
+        if not self.envs.closed:
+            try:
+                self.envs.close()
+            except Exception:  # a dead worker's pipe: nothing left to close politely
+                self.force_close()
+
+    def force_close(self) -> None:
+        """Stop every worker now. The workers ignore SIGTERM (see `start`), so gymnasium's
+        ``close(terminate=True)`` alone would wait for a hung one forever: SIGKILL first."""
+        for process in self.envs.processes:
+            if process.is_alive():
+                process.kill()
+        if not self.envs.closed:
+            self.envs.close(terminate=True)

@@ -31,8 +31,8 @@ GrayscaleResize and FrameStack.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
-import math
 import pickle
 import time
 from collections.abc import Callable
@@ -44,7 +44,11 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from vecdqn import safe_pickle
+from vecdqn.config import EnvOptions
+
 __all__ = [
+    "EnvOptions",
     "EpisodicLife",
     "FireReset",
     "FrameStack",
@@ -154,14 +158,13 @@ class MaxAndSkip(gym.Wrapper):
     ``info["episode"]`` when the game ends); ``info`` has the ALE env's keys (``lives``,
     ``episode_frame_number``, ``frame_number``) of the last frame. Same observations, rewards,
     flags and info as stepping the layers frame by frame (tested on Breakout and Pong, game overs
-    and truncations included). Measured on Breakout, 2 cores, interleaved: 1.08-1.12x the agent
-    steps/s of 8 envs in worker processes, ~1.03x in one process (emulation, ~90 us a frame,
-    dominates). The first step after construction, and every step of any other chain (e.g.
-    evaluation's frame recorder), goes through ``self.env.step``; ``direct=False`` forces that.
+    and truncations included); it skips the Python layers' per-frame overhead. The first step
+    after construction, and every step of any other chain (e.g. evaluation's frame recorder),
+    goes through ``self.env.step``; ``direct=False`` forces that.
 
     Every frame's screen is fetched, not only the two pooled ones: any frame can be the one
     before a game over, whose max needs it, and the ALE cannot render a past frame (a state
-    snapshot per step would cost more than the two fetches it saves: ~55 vs ~26 us).
+    snapshot per step costs more than the two fetches it saves).
     Observations: ``(H, W)`` or ``(H, W, C)`` uint8, the env's own shape.
 
     Raises:
@@ -514,8 +517,9 @@ def set_env_state(env: gym.Env, state: bytes) -> None:
 
     Raises:
         ValueError: the state was taken from an env with a different wrapper chain.
+        safe_pickle.UnsafePickleError: the state names a callable outside the allowlist.
     """
-    saved = pickle.loads(state)
+    saved = safe_pickle.loads(state)
     layers = []
     layer = env
     while isinstance(layer, gym.Wrapper):
@@ -559,83 +563,73 @@ def is_ale_env_id(env_id: str) -> bool:
     return gym.spec(env_id).entry_point == _ALE_ENTRY_POINT
 
 
-def check_env_options(
-    env_id: str,
-    *,
-    noop_max: int = 30,
-    frame_skip: int = 4,
-    screen_size: int = 84,
-    frame_stack: int = 4,
-    episodic_life: bool = True,
-    fire_reset: bool = True,
-    repeat_action_probability: float = 0.0,
-    max_episode_frames: int | None = 108_000,
-) -> None:
-    """Validate ``make_env``'s arguments without creating an env; raises ``ValueError``."""
+def check_env_id(env_id: str) -> None:
+    """Raise ``ValueError`` unless ``env_id`` is registered (naming close matches)."""
     if not isinstance(env_id, str):
-        raise ValueError(f"env_id={env_id!r} is invalid; use a registered id such as "
-                         "'ALE/Breakout-v5'")
+        raise ValueError(f"env_id={env_id!r} is invalid; use a registered id such as 'ALE/Breakout-v5'")
     _register_envs()
     if env_id not in gym.registry:
         close = difflib.get_close_matches(env_id, list(gym.registry), n=5, cutoff=0.6)
         hint = f"did you mean one of {close}?" if close else "see gymnasium.registry for ids"
         raise ValueError(f"unknown env id {env_id!r}; {hint}")
-    _check_int("noop_max", noop_max, 0, "use 0 (no no-op starts) or a positive count of frames")
-    _check_int("frame_skip", frame_skip, 1, "use 1 (no frame skipping) or more frames per step")
-    _check_int("screen_size", screen_size, 1, "use a positive side length in pixels, e.g. 84")
-    _check_int("frame_stack", frame_stack, 1, "use 1 (no stacking) or more frames, e.g. 4")
-    for name, flag in (("episodic_life", episodic_life), ("fire_reset", fire_reset)):
-        if not isinstance(flag, (bool, np.bool_)):
-            raise ValueError(f"{name}={flag!r} is invalid; use True or False")
-    p = repeat_action_probability
-    if (
-        isinstance(p, bool)
-        or not isinstance(p, (int, float, np.floating, np.integer))
-        or not (0.0 <= p <= 1.0)
-        or math.isnan(p)
-    ):
-        raise ValueError(
-            f"repeat_action_probability={p!r} is invalid; use a probability in [0, 1] "
-            "(0.25 as in Machado et al. 2018, 0.0 for deterministic emulation)"
-        )
-    if max_episode_frames is not None:
-        _check_int("max_episode_frames", max_episode_frames, 1,
-                   "use a positive number of frames (108_000 = 30 minutes) or None for no cap")
+
+
+def env_options(options: EnvOptions | None = None, **option_kwargs: Any) -> EnvOptions:
+    """One validated `EnvOptions` from either an instance or its keyword fields (not both).
+
+    Raises:
+        ValueError: an unknown option name (naming the allowed ones), both forms given, or an
+            invalid value.
+    """
+    if options is not None and option_kwargs:
+        raise ValueError(f"give env options either as EnvOptions or as keywords, not both ({sorted(option_kwargs)})")
+    if options is None:
+        allowed = [f.name for f in dataclasses.fields(EnvOptions)]
+        unknown = sorted(set(option_kwargs) - set(allowed))
+        if unknown:
+            raise ValueError(f"unknown env option(s) {unknown}; make_env accepts {allowed}")
+        options = EnvOptions(**option_kwargs)
+    options.validate()
+    return options
+
+
+def check_env_options(env_id: str, options: EnvOptions | None = None, **option_kwargs: Any) -> EnvOptions:
+    """Validate an env id and its options without creating an env; returns the options.
+
+    Raises:
+        ValueError: an unknown id (with close matches), an unknown option or an invalid value.
+    """
+    check_env_id(env_id)
+    return env_options(options, **option_kwargs)
 
 
 def make_env(
     env_id: str,
+    options: EnvOptions | None = None,
     *,
-    noop_max: int = 30,
-    frame_skip: int = 4,
-    screen_size: int = 84,
-    frame_stack: int = 4,
-    episodic_life: bool = True,
-    fire_reset: bool = True,
-    repeat_action_probability: float = 0.0,
-    max_episode_frames: int | None = 108_000,
     base_wrapper: Callable[[gym.Env], gym.Env] | None = None,
+    **option_kwargs: Any,
 ) -> gym.Env:
     """Make one preprocessed env: observations ``(frame_stack, screen_size, screen_size) uint8``.
 
     ALE ids (e.g. ``"ALE/Breakout-v5"``) get the full DQN preprocessing in the module
     docstring's order. Other ids (e.g. ``"vecdqn/Catch-v0"``) get RecordEpisodeStatistics,
-    GrayscaleResize and FrameStack only; the Atari-only options (``noop_max``, ``frame_skip``,
-    ``episodic_life``, ``fire_reset``, ``repeat_action_probability``, ``max_episode_frames``)
-    are ignored for them.
+    GrayscaleResize and FrameStack only; the Atari-only options are ignored for them.
 
     Args:
         env_id: a registered gymnasium id.
-        noop_max: most no-op *frames* after a real reset, count drawn from 1..noop_max; 0: none.
-        frame_skip: frames per agent step (the action is repeated, last two frames max-pooled).
-        screen_size: side of the square observation, pixels.
-        frame_stack: observations stacked, oldest first.
-        episodic_life: losing a life ends the episode (not the game).
-        fire_reset: press FIRE after each reset; applied only where the game has FIRE.
-        repeat_action_probability: sticky-action probability per frame (Machado et al. 2018
-            recommend 0.25; 0.0 is the deterministic emulator of Mnih et al. 2015).
-        max_episode_frames: frames per *game* before truncation (108,000 = 27,000 agent steps
-            at ``frame_skip=4`` = 30 minutes); None: no cap.
+        options: the preprocessing options (`vecdqn.config.EnvOptions`: units and defaults
+            there), or give them as keywords instead, with the same names:
+            ``make_env("ALE/Pong-v5", frame_skip=4, noop_max=30)``. Briefly:
+            ``noop_max`` most no-op *frames* after a real reset (count drawn from 1..noop_max;
+            0: none); ``frame_skip`` frames per agent step (last two max-pooled);
+            ``screen_size`` side of the square observation in pixels; ``frame_stack``
+            observations stacked, oldest first; ``episodic_life`` a lost life ends the
+            episode (not the game); ``fire_reset`` FIRE after each reset where the game has
+            it; ``repeat_action_probability`` sticky actions per frame (None: the env id's
+            own default, 0.0 for ``*NoFrameskip-v4``, 0.25 for ``ALE/*-v5``);
+            ``max_episode_frames`` frames per *game* before truncation (108,000 = 27,000
+            agent steps at ``frame_skip=4`` = 30 minutes; None: no cap).
         base_wrapper: if given, applied directly around the base env (``gym.make``'s result),
             under RecordEpisodeStatistics: the wrapper it returns sees every raw frame (one
             ``step`` per frame, no-ops and FIRE included). Evaluation uses it to record the real
@@ -646,46 +640,38 @@ def make_env(
         for ALE games, in env steps for others) is set on the step that ends a whole game.
 
     Raises:
-        ValueError: an unknown id (with close matches) or an invalid option value.
+        ValueError: an unknown id (with close matches), an unknown option or an invalid value.
     """
-    check_env_options(
-        env_id,
-        noop_max=noop_max,
-        frame_skip=frame_skip,
-        screen_size=screen_size,
-        frame_stack=frame_stack,
-        episodic_life=episodic_life,
-        fire_reset=fire_reset,
-        repeat_action_probability=repeat_action_probability,
-        max_episode_frames=max_episode_frames,
-    )
+    o = check_env_options(env_id, options, **option_kwargs)
     if is_ale_env_id(env_id):
+        sticky = {} if o.repeat_action_probability is None else {
+            "repeat_action_probability": float(o.repeat_action_probability)}
         env = gym.make(
             env_id,
             obs_type="grayscale",
             frameskip=1,
-            repeat_action_probability=float(repeat_action_probability),
             # The ALE reads 0 as "no cap"; ALE/*-v5 ids would otherwise default to 108,000.
-            max_num_frames_per_episode=0 if max_episode_frames is None else int(max_episode_frames),
+            max_num_frames_per_episode=0 if o.max_episode_frames is None else int(o.max_episode_frames),
+            **sticky,
         )
         if base_wrapper is not None:
             env = base_wrapper(env)
         # Under the life-loss wrapper, and under the skip so its length counts frames.
         env = gym.wrappers.RecordEpisodeStatistics(env)
-        if noop_max > 0:
-            env = NoopReset(env, noop_max=noop_max)
-        env = MaxAndSkip(env, skip=frame_skip)
-        if episodic_life:
+        if o.noop_max > 0:
+            env = NoopReset(env, noop_max=o.noop_max)
+        env = MaxAndSkip(env, skip=o.frame_skip)
+        if o.episodic_life:
             env = EpisodicLife(env)
-        if fire_reset and "FIRE" in (_action_meanings(env) or []):
+        if o.fire_reset and "FIRE" in (_action_meanings(env) or []):
             env = FireReset(env)
     else:
         env = gym.make(env_id)
         if base_wrapper is not None:
             env = base_wrapper(env)
         env = gym.wrappers.RecordEpisodeStatistics(env)
-    env = GrayscaleResize(env, screen_size=screen_size)
-    env = FrameStack(env, num_stack=frame_stack)
+    env = GrayscaleResize(env, screen_size=o.screen_size)
+    env = FrameStack(env, num_stack=o.frame_stack)
     return env
 
 

@@ -1,0 +1,248 @@
+"""Faults a user meets: a worker killed between steps, a checkpoint and its replay out of step,
+TensorBoard after a resume, games hidden by shared steps, abbreviated flags, crafted checkpoints,
+a full disk, the env id's sticky actions and the warm-up's ETA."""
+
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+import torch
+from helpers import catch_config
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from vecdqn import checkpoint, preflight, safe_pickle
+from vecdqn.checkpoint import CheckpointError
+from vecdqn.metrics import MetricsLogger
+from vecdqn.trainer import Trainer, WorkerError
+from vecdqn.wrappers import make_env, set_env_state
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def live_children() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children(recursive=True)
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def parameters(path: Path) -> dict[str, torch.Tensor]:
+    return checkpoint.load(path)["agent"]["online"]
+
+
+def run_in_subprocess(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(code))
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+
+
+# 1. A worker killed while the main process is between two vector steps --------------------------
+def test_worker_killed_between_steps_is_named_and_checkpointed(tmp_path, monkeypatch):
+    trainer = Trainer(catch_config(tmp_path, total_steps=4_000, run_name="run"), progress=False,
+                      handle_signals=False)
+    real_log, killed = Trainer._log, []
+
+    def kill_after_logging(self):
+        real_log(self)
+        if self.state.step >= 400 and not killed:
+            worker = self.envs.envs.processes[1]
+            worker.kill()  # SIGKILL after its reply was read: the next call is step_async
+            worker.join(10)
+            killed.append(self.state.step)
+
+    monkeypatch.setattr(Trainer, "_log", kill_after_logging)
+    with pytest.raises(WorkerError, match=r"^env 1 failed at agent step \d+"):
+        trainer.run()
+    assert killed and checkpoint.load(trainer.worker_checkpoint)["train_state"]["step"] >= killed[0]
+    assert trainer.envs.closed and not live_children()
+
+
+# 2. A checkpoint and its saved replay out of step --------------------------------------------------
+def test_a_kill_between_the_replay_and_the_checkpoint_never_pairs_them(tmp_path):
+    """Killed after the step-800 replay is written but before the step-800 checkpoint replaces
+    the step-400 one: the resume uses the step-400 pair and matches an uninterrupted run."""
+    overrides = dict(total_steps=1_200, checkpoint_every=400, save_replay=True, run_name="run")
+    died = run_in_subprocess(f"""
+        import os
+        from vecdqn import checkpoint
+        from vecdqn.trainer import Trainer
+        from helpers import catch_config
+        real = checkpoint.save_atomic
+        def dying(obj, path, dump=None):
+            if str(path).endswith("latest.pt") and obj["train_state"]["step"] >= 800:
+                os._exit(9)  # killed between the two writes
+            return real(obj, path, dump)
+        checkpoint.save_atomic = dying
+        Trainer(catch_config({str(tmp_path / 'b')!r}, **{overrides!r}), progress=False).run()
+    """, tmp_path)
+    assert died.returncode == 9, died.stderr[-2000:]
+    folder = tmp_path / "b" / "run" / "checkpoints"
+    assert len(list(folder.glob("latest.pt.*.replay"))) == 2  # step 400's and the orphan of step 800
+    assert checkpoint.load(folder / "latest.pt")["train_state"]["step"] == 400
+
+    straight = Trainer(catch_config(tmp_path / "a", **overrides), progress=False).run()
+    resumed = Trainer.from_checkpoint(folder.parent, {"total_steps": 1_200}, progress=False)
+    summary = resumed.run()
+    assert summary["steps"] == 1_200 and summary["updates"] == straight["updates"]
+    a, b = parameters(Path(straight["latest"])), parameters(folder / "latest.pt")
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    # The orphan and any temporaries were removed; one replay belongs to the one checkpoint.
+    assert [p.name for p in folder.glob(".*.tmp")] == []
+    (replay,) = folder.glob("latest.pt.*.replay")
+    assert checkpoint.load(folder / "latest.pt")["replay_file"] == replay.name
+
+
+def test_a_replay_of_another_checkpoint_is_not_used(tmp_path):
+    config = catch_config(tmp_path, total_steps=300, save_replay=True, run_name="run")
+    Trainer(config, progress=False).run()
+    folder = tmp_path / "run" / "checkpoints"
+    state = checkpoint.load_training(folder / "latest.pt")
+    assert checkpoint.load_replay(state)[0] is not None
+    state["replay_token"] = "someone-else"
+    buffer, reason = checkpoint.load_replay(state)
+    assert buffer is None and "belongs to another checkpoint" in reason
+
+
+# 3. TensorBoard after a resume from an older checkpoint --------------------------------------------
+def test_resumed_run_has_one_value_per_step_in_tensorboard(tmp_path):
+    killed = run_in_subprocess(f"""
+        import os
+        from vecdqn.trainer import Trainer
+        from helpers import catch_config
+        real_log = Trainer._log
+        def log_then_die(self):
+            real_log(self)
+            if self.state.step >= 1_000:
+                self.logger.writer.flush()
+                os._exit(9)  # killed hard at step 1,000; the last checkpoint is step 800
+        Trainer._log = log_then_die
+        Trainer(catch_config({str(tmp_path)!r}, total_steps=2_000, checkpoint_every=400, run_name="run"),
+                progress=False).run()
+    """, tmp_path)
+    assert killed.returncode == 9, killed.stderr[-2000:]
+    Trainer.from_checkpoint(tmp_path / "run", {"total_steps": 1_200}, progress=False).run()
+    acc = EventAccumulator(str(tmp_path / "run"), size_guidance={"scalars": 0})
+    acc.Reload()
+    for tag in ("charts/epsilon", "replay/size", "losses/td_loss", "charts/episodic_return"):
+        steps = [e.step for e in acc.Scalars(tag)]
+        assert steps and max(Counter(steps).values()) == 1, (tag, sorted(steps))
+    assert 900 in [e.step for e in acc.Scalars("charts/epsilon")]
+
+
+# 4. Every game visible in TensorBoard --------------------------------------------------------------
+def test_games_ending_on_one_vector_step_get_their_own_agent_steps(tmp_path):
+    # Catch games all last 9 agent steps: the 4 envs end theirs on the same vector step.
+    summary = Trainer(catch_config(tmp_path, num_envs=4, total_steps=400, run_name="run"), progress=False).run()
+    acc = EventAccumulator(str(tmp_path / "run"), size_guidance={"scalars": 0})
+    acc.Reload()
+    steps = [e.step for e in acc.Scalars("charts/episodic_return")]
+    assert len(steps) == summary["episodes"] == len(set(steps)) > 4
+    assert sorted(steps)[:4] == [33, 34, 35, 36]  # the 9th vector step ends at agent step 36 (env i: 33 + i)
+
+
+# 5. Abbreviated flags -----------------------------------------------------------------------------
+def test_abbreviated_flags_are_refused(tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "train.py"), "--preset", "catch", "--total",
+                             "2000", "--log-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "--total" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
+
+
+# 6. Checkpoints that can run code -------------------------------------------------------------------
+class RunsCode:
+    """Unpickling this calls os.system: what a crafted file would do."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_checkpoint_carrying_a_pickled_callable_is_refused(tmp_path):
+    marker = tmp_path / "ran"
+    path = tmp_path / "evil.pt"
+    torch.save({"format": checkpoint.CHECKPOINT_FORMAT, "config": {}, "agent": RunsCode(marker)}, path)
+    with pytest.raises(CheckpointError, match="refuses to load it"):
+        checkpoint.load(path)
+    assert not marker.exists()
+
+
+def test_a_replay_file_carrying_a_pickled_callable_is_refused(tmp_path):
+    marker = tmp_path / "ran"
+    (tmp_path / "latest.pt.abc.replay").write_bytes(pickle.dumps({"token": "abc", "buffer": RunsCode(marker)}))
+    state = {"path": str(tmp_path / "latest.pt"), "replay_file": "latest.pt.abc.replay", "replay_token": "abc"}
+    with pytest.raises(CheckpointError, match="refusing to load posix.system"):
+        checkpoint.load_replay(state)
+    assert not marker.exists()
+
+
+def test_an_env_snapshot_carrying_a_pickled_callable_is_refused(tmp_path):
+    marker = tmp_path / "ran"
+    env = make_env("vecdqn/Catch-v0")
+    with pytest.raises(safe_pickle.UnsafePickleError):
+        set_env_state(env, pickle.dumps(RunsCode(marker)))
+    assert not marker.exists()
+
+
+def test_checkpoints_load_with_weights_only(tmp_path):
+    Trainer(catch_config(tmp_path, total_steps=200, run_name="run", save_replay=True), progress=False).run()
+    state = torch.load(tmp_path / "run" / "checkpoints" / "latest.pt", weights_only=True)
+    assert state["train_state"]["step"] == 200 and len(state["envs"]["snapshots"]) == 2
+
+
+# 7. A full disk ---------------------------------------------------------------------------------------
+def test_preflight_refuses_a_log_dir_without_room(tmp_path, monkeypatch):
+    monkeypatch.setattr(preflight.shutil, "disk_usage", lambda path: type("U", (), {"free": 30 * 2**20})())
+    with pytest.raises(preflight.ConfigError, match=r"--log-dir .* has 30 MiB free.*--save-replay"):
+        preflight.preflight(catch_config(tmp_path, buffer_size=20_000, save_replay=True))
+
+
+def test_disk_full_during_a_checkpoint_keeps_the_previous_pair(tmp_path, monkeypatch):
+    trainer = Trainer(catch_config(tmp_path, total_steps=1_000, checkpoint_every=200, save_replay=True,
+                                   run_name="run"), progress=False, handle_signals=False)
+    real_save = torch.save
+
+    def full_disk(obj, f, *args, **kwargs):
+        if isinstance(obj, dict) and obj.get("train_state", {}).get("step", 0) >= 400:
+            raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 4544 vs 4432")
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(CheckpointError, match=r"could not write .*latest.pt .*MiB free.*previous checkpoint is kept"):
+        trainer.run()
+    folder = tmp_path / "run" / "checkpoints"
+    state = checkpoint.load_training(folder / "latest.pt")
+    assert state["train_state"]["step"] == 200 and checkpoint.load_replay(state)[0] is not None
+    assert [p.name for p in folder.iterdir() if p.name.endswith(".tmp")] == []
+    assert len(list(folder.glob("*.replay"))) == 1
+    assert not live_children()
+
+
+# 8. Smaller things ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("env_id, sticky", [("ALE/Breakout-v5", 0.25), ("BreakoutNoFrameskip-v4", 0.0)])
+def test_sticky_actions_default_to_the_env_ids_own(env_id, sticky):
+    env = make_env(env_id)
+    assert env.unwrapped.ale.getFloat("repeat_action_probability") == sticky
+
+
+def test_no_eta_during_the_warm_up(tmp_path, capsys):
+    logger = MetricsLogger(str(tmp_path), {}, 1_000, progress=True)
+    assert "warm-up" in logger.bar.bar_format and "remaining" not in logger.bar.bar_format
+    logger.learning_started(100)
+    assert logger.bar.bar_format is None and logger.bar.n == 100  # tqdm's default format: rate and ETA
+    logger.close()
+
+
+def test_replay_loads_with_numpy_state_intact(tmp_path):
+    Trainer(catch_config(tmp_path, total_steps=300, save_replay=True, run_name="run"), progress=False).run()
+    state = checkpoint.load_training(tmp_path / "run" / "checkpoints" / "latest.pt")
+    buffer, _ = checkpoint.load_replay(state)
+    assert len(buffer) > 0 and isinstance(buffer.sample(8).obs, np.ndarray)

@@ -1,0 +1,55 @@
+"""The command line of ``scripts/train.py``: parse, train, map each outcome to an exit code."""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+from vecdqn import checkpoint
+from vecdqn.config import build_parser, explicit_options, parse_args
+from vecdqn.preflight import ConfigError
+from vecdqn.trainer import Interrupted, NonFiniteError, Trainer
+from vecdqn.vector import WorkerError
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry (``scripts/train.py``).
+
+    Exit codes: 0 done; 2 bad input (one line on stderr, nothing started); 130/143 stopped by
+    SIGINT/SIGTERM after a checkpoint; 1 a worker failure or non-finite loss (message on stderr).
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    config = parse_args(argv)
+    try:
+        if config.resume:
+            given = explicit_options(build_parser(), argv) - {"resume"}
+            trainer = Trainer.from_checkpoint(config.resume, {k: getattr(config, k) for k in given})
+        else:
+            trainer = Trainer(config)
+    except (ConfigError, checkpoint.CheckpointError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        summary = trainer.run()
+    except Interrupted as stop:
+        print(f"\nstopped by {signal.Signals(stop.signum).name} at agent step {trainer.step}; checkpoint: "
+              f"{stop.checkpoint_path}\nresume with: python scripts/train.py --resume {trainer.run_dir}",
+              file=sys.stderr)
+        return stop.exit_code
+    except KeyboardInterrupt:
+        latest = trainer.run_dir / "checkpoints" / "latest.pt"
+        where = f"the last checkpoint is {latest}" if latest.exists() else "no checkpoint was written yet"
+        print(f"\nstopped at once at agent step {trainer.step}; {where}", file=sys.stderr)
+        return 130
+    except (WorkerError, NonFiniteError, checkpoint.CheckpointError) as err:
+        kept = trainer.run_dir / "checkpoints" / "latest.pt"
+        print(f"error: {err}\nlast checkpoint: {kept if kept.exists() else 'none written yet'}", file=sys.stderr)
+        return 1
+    print(
+        f"done: {summary['steps']} agent steps, {summary['updates']} updates, {summary['episodes']} games, "
+        f"mean return (last 100) {summary['mean_return']:.2f}, {summary['sps']:.0f} agent steps/s\n"
+        f"run folder: {summary['run_dir']}\ncheckpoint: {summary['checkpoint']}"
+    )
+    return 0

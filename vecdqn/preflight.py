@@ -1,0 +1,175 @@
+"""Checks before any env worker starts: values, the env, the run folder, memory, open files.
+
+Every failure is one `ConfigError` naming the bad option, its value and what to change; the
+command line prints it as one line and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from vecdqn.agent import select_device
+from vecdqn.config import Config
+from vecdqn.model import QNetwork
+from vecdqn.replay import PrioritizedReplayBuffer
+from vecdqn.wrappers import check_env_options, make_env
+
+__all__ = ["ConfigError", "available_memory_bytes", "preflight"]
+
+# Resident memory of one env worker process (an ALE game; most of it shared with the parent when
+# forked), counted in full so that spawned workers fit too.
+WORKER_BYTES = 50 * 2**20
+# Bytes of one env's snapshot in a checkpoint (emulator state, wrapper buffers), an upper bound.
+SNAPSHOT_BYTES = 2**17
+# File descriptors the parent holds per env worker (its pipe end, the process sentinel, slack).
+FDS_PER_WORKER = 4
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work, found before any env worker starts."""
+
+
+def available_memory_bytes() -> int | None:
+    """Memory available to new allocations (``MemAvailable`` of /proc/meminfo), or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def preflight(config: Config, *, resuming: bool = False) -> None:
+    """Every check that needs no env worker: values, env id, log folder, replay memory.
+
+    Raises:
+        ConfigError: one line naming the bad value and what to change.
+    """
+    try:
+        config.validate()
+        check_env_options(config.env_id, config.env_options())
+        select_device(config.device)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    n_actions = check_env_starts(config)
+    check_log_dir(config, resuming=resuming)
+    check_worker_limits(config.num_envs)
+    check_memory(config)
+    check_disk(config, n_actions)
+
+
+def check_env_starts(config: Config) -> int:
+    """Make one env in this process and reset it (no-ops and FIRE included); returns its
+    number of actions.
+
+    Catches envs whose observations the pipeline cannot use (e.g. CartPole's vector) and options
+    that cannot start a game (e.g. a ``--frame-skip`` so long that FIRE's one agent step ends it).
+    """
+    try:
+        env = make_env(config.env_id, config.env_options())
+    except ValueError as err:
+        raise ConfigError(
+            f"--env-id {config.env_id} cannot be used: {err}. vecdqn trains on envs with image observations, "
+            "such as ALE games ('ALE/Breakout-v5') or 'vecdqn/Catch-v0'"
+        ) from None
+    try:
+        env.reset(seed=config.seed)
+        return int(env.action_space.n)
+    except Exception as err:  # whatever the env raises (gymnasium's own errors included)
+        raise ConfigError(
+            f"--env-id {config.env_id} cannot start a game with these options ({type(err).__name__}: {err}); "
+            f"check --frame-skip {config.frame_skip} (frames per agent step), --noop-max {config.noop_max} and "
+            f"--max-episode-frames {config.max_episode_frames}"
+        ) from None
+    finally:
+        env.close()
+
+
+def check_log_dir(config: Config, *, resuming: bool) -> None:
+    """The run folder is new (unless resuming) and ``--log-dir`` is writable."""
+    log_dir = Path(config.log_dir)
+    if not resuming and config.run_name and (log_dir / config.run_name / "config.json").exists():
+        raise ConfigError(
+            f"--run-name {config.run_name}: {log_dir / config.run_name} already holds a run; continue it with "
+            f"--resume {log_dir / config.run_name} or choose another --run-name"
+        )
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        probe = log_dir / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise ConfigError(
+            f"--log-dir {config.log_dir} is not writable ({err.strerror}); choose a folder you can write"
+        ) from None
+
+
+def check_worker_limits(num_envs: int) -> None:
+    """Refuse more env workers than the process's open-file limit can hold (each worker needs a
+    pipe), instead of failing halfway through starting them."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):  # no such limit on this platform
+        return
+    if soft != resource.RLIM_INFINITY and num_envs * FDS_PER_WORKER + 64 > soft:
+        raise ConfigError(
+            f"--num-envs {num_envs} needs about {num_envs * FDS_PER_WORKER + 64} open files but this process may "
+            f"open {soft} (ulimit -n); use at most {(soft - 64) // FDS_PER_WORKER} envs or raise the limit"
+        )
+
+
+def check_memory(config: Config) -> None:
+    """The replay and the env workers fit in the memory that is free now."""
+    need = replay_bytes(config)
+    workers = config.num_envs * WORKER_BYTES
+    free = available_memory_bytes()
+    if free is not None and need + workers > free:
+        raise ConfigError(
+            f"--buffer-size {config.buffer_size} needs {need / 2**30:.1f} GiB for the replay and --num-envs "
+            f"{config.num_envs} about {workers / 2**30:.1f} GiB for the env workers, but only {free / 2**30:.1f} GiB "
+            f"are free; use a smaller --buffer-size or fewer --num-envs"
+        )
+
+
+def checkpoint_bytes(config: Config, n_actions: int) -> int:
+    """Bytes of one checkpoint file, estimated: online and target networks and Adam's two moments
+    (four float32 copies of the parameters), plus each env's snapshot and observation."""
+    with torch.device("meta"):
+        net = QNetwork(n_actions, in_channels=config.frame_stack, screen_size=config.screen_size,
+                       dueling=config.dueling, hidden_size=config.hidden_size)
+    parameters = sum(p.numel() for p in net.parameters())
+    per_env = 2 * config.frame_stack * config.screen_size**2 + SNAPSHOT_BYTES
+    return 4 * 4 * parameters + config.num_envs * per_env + 2**20
+
+
+def check_disk(config: Config, n_actions: int) -> None:
+    """``--log-dir`` has room for two checkpoints (and, with ``--save-replay``, their replays):
+    the new pair is written in full before the old one is removed."""
+    one = checkpoint_bytes(config, n_actions) + (replay_bytes(config) if config.save_replay else 0)
+    folder = Path(config.log_dir)
+    free = shutil.disk_usage(folder).free
+    if 2 * one > free:
+        what = "a checkpoint and its replay (--save-replay)" if config.save_replay else "a checkpoint"
+        raise ConfigError(
+            f"--log-dir {config.log_dir} has {free / 2**20:.0f} MiB free, but {what} takes about {one / 2**20:.0f} "
+            f"MiB and two must fit while one replaces the other; free some space, choose another --log-dir"
+            + (" or drop --save-replay" if config.save_replay else "")
+        )
+
+
+def replay_bytes(config: Config) -> int:
+    """Bytes the run's replay buffer allocates."""
+    return PrioritizedReplayBuffer.bytes_needed(
+        config.buffer_size, (config.frame_stack, config.screen_size, config.screen_size), n_step=config.n_step
+    )
