@@ -43,7 +43,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from vecdqn.replay import PrioritizedReplayBuffer, StackedReplayBuffer, _last_wins  # noqa: E402
+from vecdqn.replay import PrioritizedReplayBuffer, StackedReplayBuffer, last_wins  # noqa: E402
 from vecdqn.trainer import available_memory_bytes  # noqa: E402
 
 Row = dict
@@ -262,15 +262,15 @@ def replay_section(args: argparse.Namespace) -> list[Row]:
         slots = np.flatnonzero(buffer.priorities(np.arange(buffer.capacity)) > 0)
         buffer.update_priorities(slots, rng.exponential(size=slots.size))
 
-    vector_index = main._index
+    vector_index = main.priority_index
     loop_index = LoopPriorityIndex(vector_index.leaves().copy())
 
     def use(index) -> None:
         """Swap the main buffer's priorities to ``index``, carrying the current values over
         (outside the timing)."""
-        if main._index is not index:
-            index.load(main._index.leaves().copy())
-            main._index = index
+        if main.priority_index is not index:
+            index.load(main.priority_index.leaves().copy())
+            main.priority_index = index
 
     def add_runner(buffer, data, index=None, calls=100):
         def run() -> float:
@@ -298,7 +298,7 @@ def replay_section(args: argparse.Namespace) -> list[Row]:
         places are a sample's: B stratified positions (sorted, one per equal segment of the
         slots), each read as S consecutive frames ending there and S ending one later; fresh ones
         every call, so that caches help no more than they help a real sample."""
-        frames, s = main._frames, obs_shape[0]
+        frames, s = main.frames, obs_shape[0]
 
         def slots() -> np.ndarray:  # (2B, S)
             newest = ((np.arange(batch) + rng.random(batch)) * ((capacity - s) / batch)).astype(np.int64) + s - 1
@@ -320,7 +320,7 @@ def replay_section(args: argparse.Namespace) -> list[Row]:
         """The priority structure alone: what sample + update_priorities do besides reading the
         transitions (stratified find, weights, then setting B priorities)."""
         td = rng.exponential(size=batch) + 1e-6
-        dedupe = _last_wins if index is vector_index else (lambda i, v: (i, v))  # loop: in order
+        dedupe = last_wins if index is vector_index else (lambda i, v: (i, v))  # loop: in order
 
         def step() -> None:
             total = index.total
