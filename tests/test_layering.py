@@ -7,11 +7,12 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "vecdqn"
 
-# module -> top-level packages / vecdqn modules it must not import
+# module (a path under vecdqn/, without .py) -> top-level packages / vecdqn modules it must not import
 FORBIDDEN = {
     "config": {"torch", "numpy", "gymnasium", "ale_py", "cv2", "vecdqn"},
     "schedules": {"torch", "numpy", "gymnasium", "vecdqn"},
-    "replay": {"torch", "gymnasium", "ale_py", "cv2", "vecdqn.agent", "vecdqn.model", "vecdqn.trainer"},
+    **{f"replay/{path.stem}": {"torch", "gymnasium", "ale_py", "cv2", "vecdqn.agent", "vecdqn.model", "vecdqn.trainer"}
+       for path in (PACKAGE / "replay").glob("*.py")},  # every module of the replay package
     "wrappers": {"torch", "vecdqn.agent", "vecdqn.model", "vecdqn.replay", "vecdqn.trainer", "vecdqn.metrics"},
     "vector": {"torch", "vecdqn.agent", "vecdqn.model", "vecdqn.replay", "vecdqn.trainer", "vecdqn.metrics"},
     "model": {"gymnasium", "ale_py", "cv2", "vecdqn.replay", "vecdqn.wrappers", "vecdqn.trainer"},

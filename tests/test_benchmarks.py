@@ -1,0 +1,132 @@
+"""The benchmark package and its command line, at the smallest sizes: the timing helpers on
+trivial functions, the table and the JSON rows, one-line command-line errors, and each
+section's ``--quick`` run (the numbers themselves are not checked)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from vecdqn.benchmarks import QUICK, SECTIONS
+from vecdqn.benchmarks.harness import COLUMNS, format_table, interleaved, time_block, write_json
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_cli():
+    spec = importlib.util.spec_from_file_location("vecdqn_benchmark_script", ROOT / "scripts" / "benchmark.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def test_time_block_warms_up_once_then_times_the_calls():
+    calls = []
+    seconds = time_block(lambda: calls.append(1), 5)
+    assert len(calls) == 6 and seconds >= 0
+
+
+def test_interleaved_runs_rounds_in_turn_with_medians_and_ratios():
+    order = []
+
+    def candidate(name, values):
+        it = iter(values)
+        return lambda: (order.append(name), next(it))[1]
+
+    result = interleaved(3, {"anchor": candidate("anchor", [2.0, 4.0, 10.0]),
+                             "other": candidate("other", [1.0, 4.0, 30.0])}, anchor="anchor")
+    assert order == ["anchor", "other"] * 3  # interleaved, not one candidate's rounds in a row
+    assert result["anchor"] == (4.0, 1.0)
+    assert result["other"] == (4.0, 1.0)  # medians of [1, 4, 30] and of the ratios [0.5, 1, 3]
+    with pytest.raises(KeyError):
+        interleaved(1, {"a": lambda: 1.0}, anchor="b")
+
+
+def test_table_and_json(tmp_path):
+    rows = [{"bench": "replay", "op": "add", "impl": "vecdqn", "capacity": 2**20, "batch_size": 8,
+             "value": 12345.6, "unit": "us/call", "ratio": 0.51234, "anchor": "python_loop", "extra": 1},
+            {"bench": "env", "impl": "gymnasium", "num_envs": 20000, "value": 0.5, "unit": "steps/s"}]
+    lines = format_table(rows).splitlines()
+    assert lines[0].split() == COLUMNS and len(lines) == 3
+    assert lines[1].split() == ["replay", "add", "vecdqn", "-", "2^20", "8", "12,346", "us/call", "0.512",
+                                "python_loop", "-"]
+    assert lines[2].split()[3] == "20,000" and "extra" not in lines[0]
+    path = tmp_path / "rows.json"
+    write_json(rows, path)
+    assert json.loads(path.read_text()) == rows
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--replay", "--bogus"], "unrecognized arguments: --bogus"),
+    (["--rep"], "unrecognized arguments: --rep"),  # no abbreviations
+    ([], "choose at least one section: --env, --replay, --learner, --train"),
+    (["--replay", "--repeats", "0"], "--repeats 0 must be >= 1"),
+    (["--replay", "--replay-envs", "x"], "invalid int value"),
+    (["--replay", "--json"], "expected one argument"),
+])
+def test_command_line_errors_are_one_line(capsys, argv, message):
+    cli = load_cli()
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert err.count("\n") == 1 and message in err and err.rstrip().endswith("(see benchmark.py --help)")
+
+
+def test_quick_sets_small_defaults_that_explicit_flags_override():
+    cli = load_cli()
+    args, chosen = cli.parse_args(["--replay", "--env", "--quick", "--replay-envs", "3"])
+    assert chosen == ["env", "replay"]
+    assert args.replay_envs == 3 and args.replay_capacity == QUICK["replay_capacity"] and args.repeats == 1
+    args, _ = cli.parse_args(["--replay"])
+    assert args.replay_capacity == 2**20 and args.repeats == 5 and not args.quick
+
+
+def run_quick(capsys, tmp_path, section: str) -> list[dict]:
+    """Run one section with --quick through the command line; check the table and the JSON."""
+    path = tmp_path / "bench.json"
+    rows = load_cli().main([f"--{section}", "--quick", "--json", str(path)])
+    out = capsys.readouterr().out
+    assert rows and json.loads(path.read_text()) == rows
+    assert all(row["bench"] == section and row["value"] > 0 and row["unit"] for row in rows)
+    table = out[out.index("bench "):].splitlines()
+    assert table[0].split() == COLUMNS and len(table) == 1 + len(rows)
+    assert "target" not in out
+    return rows
+
+
+def test_quick_replay_section(capsys, tmp_path):
+    rows = run_quick(capsys, tmp_path, "replay")
+    ops = {(row["op"], row["impl"]) for row in rows}
+    for impl in ("python_loop", "vecdqn", "stacked"):
+        assert ("add", impl) in ops and ("sample+update", impl) in ops
+    assert {("sample+update", "copy_floor"), ("priorities", "vecdqn"), ("memory", "stacked"), ("rss", "vecdqn")} <= ops
+    assert all(row["ratio"] == 1.0 for row in rows if row["impl"] == row["anchor"] and row["op"] != "memory")
+
+
+def test_quick_learner_section(capsys, tmp_path):
+    rows = run_quick(capsys, tmp_path, "learner")
+    assert [row["batch_size"] for row in rows] == QUICK["learner_batches"]
+    assert all(row["unit"] == "updates/s" for row in rows)
+
+
+def test_quick_env_section(capsys, tmp_path):
+    rows = run_quick(capsys, tmp_path, "env")
+    assert [row["impl"] for row in rows] == ["gymnasium", "vecdqn", "ale_vector", "emulator_ceiling"]
+    assert rows[0]["ratio"] == 1.0
+
+
+@pytest.mark.slow
+def test_quick_train_section(capsys, tmp_path):
+    rows = run_quick(capsys, tmp_path, "train")
+    assert [row["impl"] for row in rows] == ["vecdqn", "vecdqn_plain", "single_env_loop", "env_only",
+                                            "learner_only_vecdqn", "learner_only_vecdqn_plain"]
+    assert all("bound" in row for row in rows[:2])
+
+
+def test_every_section_has_flags_a_runner_and_quick_sizes():
+    for name, module in SECTIONS.items():
+        assert callable(module.add_arguments) and callable(module.run) and isinstance(module.QUICK, dict), name

@@ -1,0 +1,101 @@
+"""What every benchmark section shares: timing, interleaved rounds, the table and the JSON rows.
+
+A row is a dict with the keys of `COLUMNS` (absent: ``None``, printed ``-``) and any extra keys,
+which go to the JSON only. ``value`` is in ``unit``; ``ratio`` is ``value / anchor value`` of the
+same round (median over rounds), ``None`` where a row has no anchor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from vecdqn.trainer import available_memory_bytes
+
+__all__ = ["COLUMNS", "ENV_ID", "Row", "available_memory_bytes", "format_table", "interleaved", "print_table",
+           "rss_bytes", "time_block", "write_json"]
+
+Row = dict
+COLUMNS = ["bench", "op", "impl", "num_envs", "capacity", "batch_size", "value", "unit", "ratio", "anchor", "note"]
+
+# The game every section that steps an emulator plays: a common Atari benchmark, with FIRE.
+ENV_ID = "BreakoutNoFrameskip-v4"
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process in bytes (psutil when installed, else /proc).
+
+    Raises:
+        RuntimeError: neither is available.
+    """
+    try:
+        import psutil
+
+        return psutil.Process().memory_info().rss
+    except ImportError:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    raise RuntimeError("cannot read the RSS: install psutil")
+
+
+def time_block(call: Callable[[], object], calls: int) -> float:
+    """Mean wall-clock seconds per call (``time.perf_counter``) over ``calls`` calls, after one
+    untimed warm-up call."""
+    call()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    return (time.perf_counter() - start) / calls
+
+
+def interleaved(rounds: int, candidates: dict[str, Callable[[], float]], anchor: str) -> dict[str, tuple[float, float]]:
+    """Run each candidate once per round, in turn; ``{name: (median value, median ratio)}``.
+
+    Interleaving makes a slow spell of a shared machine hit every candidate, not one. A
+    candidate is a function that prepares itself (outside its timing) and returns its own
+    measured value for that round; the ratio of a round is its value over the anchor's value in
+    the same round.
+
+    Raises:
+        KeyError: ``anchor`` is not a candidate.
+    """
+    values: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(rounds):
+        for name, run in candidates.items():
+            values[name].append(run())
+    anchor_values = values[anchor]
+    return {name: (statistics.median(v), statistics.median(x / a for x, a in zip(v, anchor_values, strict=True)))
+            for name, v in values.items()}
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1 << 14:
+        return f"2^{value.bit_length() - 1}" if value & (value - 1) == 0 else f"{value:,}"
+    return str(value)
+
+
+def format_table(rows: list[Row]) -> str:
+    """The rows as a text table of `COLUMNS`, a header line and one line per row."""
+    cells = [[_cell(row.get(c)) for c in COLUMNS] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(COLUMNS)]
+    lines = [COLUMNS, *cells]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)) for line in lines)
+
+
+def print_table(rows: list[Row]) -> None:
+    print(format_table(rows))
+
+
+def write_json(rows: list[Row], path: Path) -> None:
+    """Write the rows as one JSON list (every key, extra keys included)."""
+    Path(path).write_text(json.dumps(rows, indent=1) + os.linesep)

@@ -1,0 +1,90 @@
+"""``--learner``: `DQNAgent.update` calls per second (dueling double DQN, random batches of
+``(B, 4, 84, 84) uint8`` observations) on the chosen device, at each batch size."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+
+from vecdqn.benchmarks.harness import Row
+
+__all__ = ["QUICK", "add_arguments", "learner_updates_per_second", "random_batch", "run", "torch_threads"]
+
+# --quick: the smallest sizes, for a smoke run (the numbers mean little)
+QUICK = {"learner_batches": [8]}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("--learner section")
+    group.add_argument("--learner", action="store_true", help="benchmark DQNAgent.update")
+    group.add_argument("--learner-batches", type=int, nargs="+", default=[32, 256], help="batch sizes (default 32 256)")
+    group.add_argument("--device", default="auto", help="learner device: auto, cpu, cuda (default auto)")
+    group.add_argument("--torch-threads", type=int, default=0,
+                       help="torch intra-op threads (0: the trainer's rule for --num-envs; default 0)")
+    group.add_argument("--num-envs", type=int, default=8,
+                       help="envs of the --train runs and of the thread rule (default 8)")
+
+
+def torch_threads(args: argparse.Namespace) -> int:
+    """``--torch-threads``, or the trainer's rule for ``--num-envs`` on ``--device`` when it is 0."""
+    from vecdqn.agent import select_device
+    from vecdqn.config import default_torch_threads
+
+    return args.torch_threads or default_torch_threads(args.num_envs, device_type=select_device(args.device).type)
+
+
+def random_batch(batch: int, rng: np.random.Generator):
+    """A batch with the fields `DQNAgent.update` reads: ``obs, next_obs (B, 4, 84, 84) uint8``,
+    ``actions (B,) int64`` in 0..3, ``rewards``, ``discounts`` (γ³), ``weights (B,) float32``."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        obs=rng.integers(0, 256, (batch, 4, 84, 84), dtype=np.uint8),
+        next_obs=rng.integers(0, 256, (batch, 4, 84, 84), dtype=np.uint8),
+        actions=rng.integers(0, 4, batch), rewards=rng.normal(size=batch).astype(np.float32),
+        discounts=np.full(batch, 0.99**3, np.float32), weights=np.ones(batch, np.float32),
+    )
+
+
+def learner_updates_per_second(batch: int, device: str, threads: int, *, dueling=True, double=True,
+                               seconds: float = 3.0) -> float:
+    """Updates per second over at least ``seconds`` of wall-clock time (and 3 updates), after one
+    warm-up update, with ``threads`` torch intra-op threads."""
+    import torch
+
+    from vecdqn.agent import DQNAgent, select_device
+
+    torch.set_num_threads(threads)
+    agent = DQNAgent(4, (4, 84, 84), select_device(device), dueling=dueling, double=double, seed=0)
+    data = random_batch(batch, np.random.default_rng(0))
+    agent.update(data)
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds or count < 3:
+        agent.update(data)
+        count += 1
+    return count / (time.perf_counter() - start)
+
+
+def run(args: argparse.Namespace) -> list[Row]:
+    """The section's rows: one per batch size, the median over ``--repeats`` measurements."""
+    import torch
+
+    from vecdqn.agent import select_device
+
+    device = str(select_device(args.device))
+    threads = torch_threads(args)
+    seconds = 0.1 if args.quick else 3.0
+    rows: list[Row] = []
+    for batch in args.learner_batches:
+        print(f"timing DQNAgent.update at batch {batch} on {device} with {threads} thread(s) ...", flush=True)
+        values = [learner_updates_per_second(batch, device, threads, seconds=seconds) for _ in range(args.repeats)]
+        rows.append({"bench": "learner", "impl": "vecdqn", "batch_size": batch, "value": statistics.median(values),
+                     "unit": "updates/s", "ratio": None, "anchor": None,
+                     "note": f"{device}, {threads} torch thread(s), dueling double DQN"})
+    torch.set_num_threads(os.cpu_count() or 1)
+    print()
+    return rows

@@ -1,0 +1,212 @@
+"""`PrioritizedReplayBuffer`: the trainer's replay, frame-once storage with n-step returns.
+
+Shapes: ``N`` envs per ``add``, ``(S, H, W)`` one observation (``(4, 84, 84) uint8`` on Atari),
+``B`` batch size, ``C`` capacity in frame slots.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from vecdqn.replay.checks import check_batch, check_int
+from vecdqn.replay.frames import FrameRings
+from vecdqn.replay.nstep import NStepAccumulator, discount_table
+from vecdqn.replay.prioritized import ReplayBase
+from vecdqn.replay.sample import ReplaySample
+from vecdqn.replay.sum_tree import PriorityIndex, last_wins
+
+__all__ = ["PrioritizedReplayBuffer"]
+
+
+def _uint_for(largest: int) -> type:
+    """The smallest unsigned dtype that holds ``largest``."""
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if largest <= np.iinfo(dtype).max:
+            return dtype
+    return np.uint64
+
+
+class PrioritizedReplayBuffer(ReplayBase):
+    """Frame-efficient proportional prioritized replay with n-step returns.
+
+    Interface: ``add`` N envs' transitions per vector step, ``sample(B, beta)`` a
+    `ReplaySample`, ``update_priorities(indices, td_errors)``, ``len`` = sampleable transitions.
+    Prioritization, sampling and weights are documented on `sample` and `update_priorities`.
+
+    **Storage** (`FrameRings`: each frame stored once, in N per-env rings of ``R = capacity // N``
+    slots; the first ``add`` fixes ``N``). ``capacity`` counts *slots*. Per slot::
+
+        frame        (H, W) uint8     the newest frame of an observation
+        start        bool             a segment (episode) starts here: older stack positions
+                                      repeat this frame, as FrameStack's reset does
+        action       uint8            of the transition from this slot's observation (int64 once
+                                      an action outside 0..255 is stored)
+        return       float32          its n-step return
+        horizon      uint8            steps h in that return (< n only at an episode end)
+        terminated   bool             the return ended in a termination
+        next_offset  uint8            slots from here to the bootstrap observation's newest frame
+        priority     ~17.6 bytes      float64 leaf of the sum tree, its running sum in the level
+                                      above (float64), its share of the levels above that and of
+                                      the min tree (see `SumTree`, `PriorityIndex`)
+
+    = ``H·W + 9`` bytes, + about 17.6 for the priorities (the tree pads ``capacity`` to a multiple
+    of 16) = 7,083 bytes for an 84×84 frame. With FrameStack data a transition takes one slot,
+    plus one per episode (its final frame); other data is stored exactly too, at up to ``2·S``
+    slots per transition. ``obs`` and ``next_obs`` are rebuilt at sample time by one fancy index.
+
+    **n-step returns** (`NStepAccumulator`; Sutton & Barto 2018, 7.1; n = 3 in Rainbow)::
+
+        return   = Σ_{k<h} γ^k r_{t+k}
+        discount = γ^h · (1 - terminated)          next_obs = the observation after step t+h-1
+
+    with ``h = n``, or fewer when the episode ends inside the window. A transition becomes
+    sampleable (gets a priority) when its window is complete: ``n - 1`` steps later, or at once
+    when its episode ends (a 5-step episode with ``n = 3`` gives 5 transitions, horizons 3, 3, 3,
+    2, 1). Its ``rewards`` field is the return.
+
+    **Never sampled**: slots with priority 0, which are those that are not transitions (final
+    frames, the older frames of a whole-stack segment), transitions whose window is incomplete,
+    and the slots the write cursor has just overwritten or whose stack history it has cut (the
+    ``S - 1`` after the written ones): each ``add`` zeroes them. So ``len(buffer)`` is at most
+    ``N·(R - S - n + 1)`` (per env, the newest frame, the ``n - 1`` pending windows and the
+    ``S - 1`` cut stacks are not), and one less per episode. (In a ring so small that a pending
+    window's first frames are overwritten before the window completes, that transition is
+    dropped; with FrameStack data this takes rings of under ``n_step + S`` slots.)
+
+    Args:
+        capacity: slots ``C`` (frames), at least ``N · 2·S``; about one per transition with
+            FrameStack data (plus one per episode).
+        obs_shape: ``(S, H, W)``, stack first, as FrameStack produces.
+        alpha: priority exponent α >= 0 (0: uniform sampling). eps: priority offset ε > 0.
+        seed: seed of the sampling generator (``np.random.default_rng(seed)``).
+        n_step: steps n in each return, >= 1. gamma: discount γ in [0, 1].
+
+    Raises:
+        ValueError: ``capacity < 1``, a bad ``obs_shape``, ``alpha < 0``, ``eps <= 0``, ``gamma``
+            outside [0, 1], ``n_step < 1``; and from ``add``, a capacity too small for N envs.
+    """
+
+    def __init__(self, capacity: int, obs_shape: Any, alpha: float = 0.6, eps: float = 1e-6,
+                 seed: Any = None, *, n_step: int = 1, gamma: float = 0.99):
+        super().__init__(capacity, obs_shape, alpha, eps, seed, n_step, gamma)
+        c, s, n = self.capacity, self.obs_shape[0], self.n_step
+        self._rings = FrameRings(c, self.obs_shape)
+        self._actions = np.zeros(c, dtype=np.uint8)
+        self._returns = np.zeros(c, dtype=np.float32)
+        self._horizon = np.zeros(c, dtype=_uint_for(n))
+        self._terminated = np.zeros(c, dtype=bool)
+        # A window of n transitions spans at most n adds of at most 2·S slots each.
+        self._next_offset = np.zeros(c, dtype=_uint_for(2 * s * n))
+        self._discounts = discount_table(self.gamma, n)
+        self._nstep: NStepAccumulator | None = None  # made by the first add, which fixes N
+
+    @classmethod
+    def bytes_needed(cls, capacity: int, obs_shape: Any, *, n_step: int = 1) -> int:
+        """Bytes of storage and priorities a buffer of ``capacity`` slots allocates (the per-env
+        state added by the first ``add``, ``2·N·S·H·W`` bytes or so, aside)."""
+        capacity = check_int("capacity", capacity, 1)
+        shape = tuple(int(d) for d in obs_shape)
+        s = shape[0]
+        per_slot = FrameRings.bytes_per_slot(shape) + 1 + 4 + 1 + np.dtype(_uint_for(n_step)).itemsize + \
+            np.dtype(_uint_for(2 * s * n_step)).itemsize
+        return capacity * per_slot + PriorityIndex.bytes_needed(capacity)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the storage arrays, the priorities and the per-env state."""
+        arrays = [self._actions, self._returns, self._horizon, self._terminated, self._next_offset]
+        queues = self._nstep.nbytes if self._nstep is not None else 0
+        return sum(a.nbytes for a in arrays) + self._rings.nbytes + queues + self.priority_index.nbytes
+
+    @property
+    def n_envs(self) -> int | None:
+        """N, fixed by the first ``add`` (None before)."""
+        return self._rings.n_envs
+
+    @property
+    def frames(self) -> np.ndarray:
+        """``(C, H, W) uint8`` read-only view of every slot's stored frame (the raw storage)."""
+        return self._rings.frames
+
+    @property
+    def slots_written(self) -> np.ndarray | None:
+        """``(N,) int64`` frame slots each env has written since the start (one per transition
+        with FrameStack data, plus one per episode), or None before the first ``add``."""
+        return self._rings.written if self.n_envs is not None else None
+
+    def add(self, obs: Any, actions: Any, rewards: Any, next_obs: Any, terminated: Any,
+            truncated: Any = None) -> np.ndarray:
+        """Store one vector step: N transitions ``(obs, actions, rewards, next_obs, terminated,
+        truncated)``, one per env, in env order. One vectorized write for all envs.
+
+        Args:
+            obs: ``(N, S, H, W) uint8`` observations the actions were taken in.
+            actions: ``(N,) int``. rewards: ``(N,) float`` (raw or clipped, as the learner wants
+                them in the return).
+            next_obs: ``(N, S, H, W) uint8``; for an env whose episode ended at this step, the
+                ended episode's true last observation (SAME_STEP autoreset's
+                ``info["final_obs"][i]``), not the reset observation.
+            terminated, truncated: ``(N,) bool``; truncated defaults to all False. The next
+                ``add``'s ``obs[i]`` after either is taken as a new episode's first observation.
+            (A single env's transition may also be passed without the ``N`` axis.)
+
+        Returns:
+            ``(N,) int64`` slots of the N new transitions; each becomes sampleable (with the
+            current max priority) once its n-step window is complete.
+
+        Raises:
+            ValueError: shapes or dtypes that do not match ``obs_shape`` and each other, an ``N``
+                other than the first ``add``'s, or a capacity too small for N envs.
+        """
+        obs, actions, rewards, next_obs, terminated, truncated = check_batch(
+            self.obs_shape, obs, actions, rewards, next_obs, terminated, truncated)
+        n = obs.shape[0]
+        if self._nstep is None:
+            self._rings.start(n)
+            self._nstep = NStepAccumulator(n, self.n_step, self.gamma)
+        elif n != self.n_envs:
+            raise ValueError(f"add() got {n} envs but this buffer stores {self.n_envs}; N is fixed by "
+                             f"the first add()")
+        done = terminated | truncated
+        write = self._rings.write(obs, next_obs, done)
+        slots = write.slots
+        if self._actions.dtype == np.uint8 and (actions.min() < 0 or actions.max() > 255):
+            self._actions = self._actions.astype(np.int64)  # once, for action spaces beyond uint8
+        self._actions[slots] = actions
+
+        windows = self._nstep.push(slots, rewards, write.oldest, terminated, truncated)
+        # In a small ring a window can outlive its first frames: drop it.
+        intact = windows.oldest >= write.cut[windows.env]
+        if not intact.all():
+            windows = windows.select(intact)
+        ready = windows.slots
+        if ready.size:
+            base, ring = self._rings.env_base[windows.env], self._rings.ring
+            self._returns[ready] = windows.returns
+            self._horizon[ready] = windows.horizon
+            self._terminated[ready] = windows.terminated
+            self._next_offset[ready] = (write.next_local[windows.env] - (ready - base)) % ring
+
+        # Zero the stale slots that held transitions, then give complete windows the max priority
+        # (last wins: a slot both stale and ready is ready).
+        stale = write.stale[self.priority_index.get(write.stale) > 0]
+        self.priority_index.set(*last_wins(
+            np.concatenate([stale, ready]),
+            np.concatenate([np.zeros(stale.size), np.full(ready.size, self.new_priority)])))
+        return slots
+
+    def _fetch(self, indices: np.ndarray, weights: np.ndarray) -> ReplaySample:
+        obs, next_obs = self._rings.stacks(indices, self._next_offset[indices])
+        terminated = self._terminated[indices]
+        return ReplaySample(
+            obs=obs,
+            actions=self._actions[indices].astype(np.int64),
+            rewards=self._returns[indices],
+            next_obs=next_obs,
+            terminated=terminated,
+            weights=weights,
+            indices=indices,
+            discounts=self._discounts[terminated.view(np.uint8), self._horizon[indices]],
+        )
