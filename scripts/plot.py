@@ -1,0 +1,231 @@
+#!/usr/bin/env python
+"""Draw the learning curves of training runs and print them as a table.
+
+    python scripts/plot.py runs/BreakoutNoFrameskip-v4__1__1700000000 runs/BreakoutNoFrameskip-v4__2__1700000100 \\
+        -o breakout.png
+
+The figure is a 2×2 grid: training return (mean of the last 100 games) and evaluation return
+(``eval/return_mean``, one marker per evaluation) against agent steps (left) and against
+wall-clock minutes since each run's first event (right). Runs that differ only in their seed
+share a colour and a legend label (env id, preset, and the options that tell experiments of one
+game apart), each seed its own line. For each run a table goes to stdout: agent steps, minutes,
+training return and evaluation return at each evaluation, or every ``--every`` agent steps for a
+run without evaluations. Without ``-o`` only the tables are printed (no matplotlib needed).
+
+Exit codes: 0 done; 2 bad input or matplotlib missing (one line on stderr); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import NoReturn
+
+# Run from a source checkout without installing: make the package importable.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vecdqn.curves import WINDOW, RunCurves, RunError, read_run, report, seed_groups  # noqa: E402
+
+PROG = "plot.py"
+MISSING_MATPLOTLIB = 'error: scripts/plot.py needs matplotlib: pip install -e ".[plot]"'
+# One line style per seed within a group's colour.
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+class UsageError(Exception):
+    """Bad command-line input: reported as one line, exit code 2."""
+
+
+class MatplotlibMissing(Exception):
+    """matplotlib is not installed; reported as `MISSING_MATPLOTLIB`, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # argparse prints the whole usage too; one line is what this script promises.
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        allow_abbrev=False,
+        description="Plot the training and evaluation return of vecdqn runs against agent steps and "
+        "wall-clock minutes, and print each run's curve as a table. Runs that differ only in their "
+        "seed are grouped: they share a colour and a label, one line per seed, marked 'seed N' in the "
+        "legend (no mean or min/max band: every seed stays visible).",
+    )
+    parser.add_argument("runs", nargs="+", metavar="RUN", help="a run folder made by scripts/train.py (runs/<name>)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE.png",
+        default=None,
+        help="write the 2x2 figure to this PNG (needs matplotlib: pip install -e \".[plot]\"); "
+        "without it only the tables are printed",
+    )
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=WINDOW,
+        metavar="GAMES",
+        help=f"training return: mean of this many most recent games (default: {WINDOW})",
+    )
+    parser.add_argument(
+        "--every",
+        type=int,
+        default=None,
+        metavar="STEPS",
+        help="table rows every this many agent steps, for runs without evaluations (default: a round "
+        "number giving about 10 rows); runs with evaluations get one row per evaluation",
+    )
+    return parser
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse bad values and an output that could not be written, before any run is read."""
+    if args.window < 1:
+        raise UsageError(f"--window {args.window} must be at least 1 game")
+    if args.every is not None and args.every < 1:
+        raise UsageError(f"--every {args.every} must be a positive number of agent steps")
+    seen = set()
+    for run in args.runs:
+        if Path(run).resolve() in seen:
+            raise UsageError(f"RUN {run} is given twice")
+        seen.add(Path(run).resolve())
+    if args.output is None:
+        return
+    path = Path(args.output)
+    if path.suffix.lower() != ".png":
+        raise UsageError(f"-o {path} must end in .png (the figure is written as PNG)")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise UsageError(f"-o {path}: {path.parent} is a file, not a folder")
+    if not path.parent.is_dir():
+        raise UsageError(f"-o {path}: folder {path.parent} does not exist; create it first")
+    if path.is_dir():
+        raise UsageError(f"-o {path} is a folder; give a file name")
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"-o {path} is not writable; choose a path you can write")
+
+
+def load_pyplot() -> ModuleType:
+    """matplotlib's pyplot on the file-only Agg backend (no display needed).
+
+    Raises:
+        MatplotlibMissing: matplotlib is not installed (it is the optional ``plot`` extra).
+    """
+    try:
+        import matplotlib
+    except ImportError as err:
+        raise MatplotlibMissing() from err
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def line_labels(runs: list[RunCurves]) -> tuple[list[int], list[str]]:
+    """Each run's group (its colour) and legend label: the group's label and ``seed N``."""
+    configs = [run.config for run in runs]
+    group, group_labels = seed_groups(configs, [run.path.name for run in runs])
+    seeds = [None if c is None else c.get("seed") for c in configs]
+    labels = []
+    for i, run in enumerate(runs):
+        if seeds[i] is None:
+            labels.append(group_labels[group[i]])
+            continue
+        label = f"{group_labels[group[i]]}, seed {seeds[i]}"
+        twins = sum(1 for j in range(len(runs)) if group[j] == group[i] and seeds[j] == seeds[i])
+        labels.append(label + (f" ({run.path.name})" if twins > 1 else ""))
+    return group, labels
+
+
+def _number(value: float, digits: int = 2) -> str:
+    return "-" if math.isnan(value) else f"{value:.{digits}f}"
+
+
+def format_table(run: RunCurves, label: str, every: int | None) -> str:
+    """A run's curve as plain text: a header line, then one row per evaluation (or every
+    ``every`` agent steps)."""
+    rows = report(run, every)
+    header = ("agent steps", "minutes", f"train return (last {run.window})", "eval return")
+    cells = [
+        (str(int(s)), _number(m, 1), _number(t), _number(e))
+        for s, m, t, e in zip(rows["steps"], rows["minutes"], rows["train_return"], rows["eval_return"])
+    ]
+    widths = [max(len(row[k]) for row in [header, *cells]) for k in range(len(header))]
+    lines = [f"{run.path}: {label}; {len(run.games.steps)} games, agent step {run.last_step}"]
+    lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in [header, *cells]]
+    if not cells:
+        lines.append("(no scalars logged yet)")
+    return "\n".join(lines)
+
+
+def draw(runs: list[RunCurves], group: list[int], labels: list[str], path: Path) -> None:
+    """Write the 2×2 figure: rows training / evaluation return, columns agent steps / minutes.
+
+    Args:
+        runs: the runs, one line each.
+        group: each run's group (`line_labels`): its colour; seeds of a group differ in line style.
+        labels: each run's legend label.
+        path: the PNG to write.
+    """
+    plt = load_pyplot()
+    from matplotlib.ticker import EngFormatter
+
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharex="col", sharey="row", layout="constrained")
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    nth_in_group = [group[:i].count(g) for i, g in enumerate(group)]
+    for run, g, nth, label in zip(runs, group, nth_in_group, labels):
+        style = {"color": colours[g % len(colours)], "linestyle": LINE_STYLES[nth % len(LINE_STYLES)]}
+        axes[0, 0].plot(run.train.steps, run.train.values, label=label, **style)
+        axes[0, 1].plot(run.train.minutes, run.train.values, **style)
+        axes[1, 0].plot(run.evals.steps, run.evals.values, marker="o", **style)
+        axes[1, 1].plot(run.evals.minutes, run.evals.values, marker="o", **style)
+    axes[0, 0].set_ylabel(f"training return\n(mean of the last {runs[0].window} games)")
+    axes[1, 0].set_ylabel("evaluation return\n(mean over the evaluation's games)")
+    axes[1, 0].set_xlabel("agent steps")
+    axes[1, 0].xaxis.set_major_formatter(EngFormatter())
+    axes[1, 1].set_xlabel("wall-clock minutes since the run's first event")
+    for ax in axes.flat:
+        ax.grid(alpha=0.3)
+    if not any(len(run.evals.steps) for run in runs):
+        off = all(run.config is not None and run.config.get("eval_every") == 0 for run in runs)
+        note = "no evaluations: trained with --eval-every 0" if off else "no evaluation logged yet"
+        for ax in axes[1]:
+            ax.text(0.5, 0.5, note, ha="center", va="center", transform=ax.transAxes, color="gray")
+    axes[0, 0].legend(fontsize="small")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        check_args(args)
+        if args.output is not None:
+            load_pyplot()  # fail before reading the runs, which can take a while
+        runs = [read_run(folder, args.window) for folder in args.runs]
+        group, labels = line_labels(runs)
+        print("\n\n".join(format_table(run, label, args.every) for run, label in zip(runs, labels)), flush=True)
+        if args.output is not None:
+            draw(runs, group, labels, Path(args.output))
+            print(f"wrote {args.output}", file=sys.stderr)
+    except MatplotlibMissing:
+        print(MISSING_MATPLOTLIB, file=sys.stderr)
+        return 2
+    except (UsageError, RunError, OSError) as err:  # each message is one line, naming the path or value
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

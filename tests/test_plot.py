@@ -1,0 +1,263 @@
+"""Learning curves read from event files (vecdqn/curves.py) and scripts/plot.py's figure, tables and errors.
+
+The runs here are event files written with the trainer's own writer (SummaryWriter) at known
+steps, wall times and values, so every curve point is checked against a hand computation.
+"""
+
+import ast
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from torch.utils.tensorboard import SummaryWriter
+
+from vecdqn.curves import EVAL_TAG, TRAIN_TAG, read_run, report, seed_groups, trailing_mean
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "plot.py"
+T0 = 1_700_000_000.0  # wall time of each run's first event (the event file opening), in seconds
+CONFIG = {"env_id": "vecdqn/Catch-v0", "preset": "catch", "n_step": 1, "total_steps": 10_000, "log_dir": "runs"}
+
+
+def _load_plot():
+    spec = importlib.util.spec_from_file_location("plot_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+plot = _load_plot()
+
+
+def write_events(folder: Path, opened: float, scalars: dict[str, list[tuple[int, float, float]]]) -> None:
+    """One event file opened at wall time ``opened``; ``scalars[tag]`` is ``(step, value, wall_time)`` rows."""
+    folder.mkdir(parents=True, exist_ok=True)
+    real_time = time.time
+    # The file's name (files are read in name order) and its first event take the opening time.
+    time.time = lambda: opened
+    try:
+        writer = SummaryWriter(str(folder))
+    finally:
+        time.time = real_time
+    for tag, rows in scalars.items():
+        for step, value, wall_time in rows:
+            writer.add_scalar(tag, value, step, walltime=wall_time)
+    writer.close()
+
+
+def game_rows(seed: int, games: int = 250) -> list[tuple[int, float, float]]:
+    """Game i finishes at agent step 40 (i + 1), 30 + 3 i seconds after the run opened."""
+    returns = np.random.default_rng(seed).integers(-5, 20, size=games)
+    return [(40 * (i + 1), float(r), T0 + 30 + 3 * i) for i, r in enumerate(returns)]
+
+
+def eval_rows(seed: int) -> list[tuple[int, float, float]]:
+    """Evaluations every 2000 agent steps, each 12 minutes after the previous."""
+    return [(2000 * k, 10.0 * k + seed, T0 + 720 * k) for k in range(1, 6)]
+
+
+def make_run(folder: Path, seed: int, evaluations: bool = True, **config) -> Path:
+    scalars = {TRAIN_TAG: game_rows(seed), "charts/SPS": [(s, 500.0, T0 + s / 10) for s in range(1000, 10_001, 1000)]}
+    if evaluations:
+        scalars[EVAL_TAG] = eval_rows(seed)
+    write_events(folder, T0, scalars)
+    (folder / "config.json").write_text(json.dumps({**CONFIG, "seed": seed, "run_name": folder.name, **config}))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def two_seeds(tmp_path_factory) -> list[Path]:
+    """Two seeds of one experiment in one folder; read-only for the tests that share them."""
+    runs = tmp_path_factory.mktemp("runs")
+    return [make_run(runs / "catch__1", 1), make_run(runs / "catch__2", 2)]
+
+
+# --- vecdqn/curves.py ----------------------------------------------------------------------------------------
+
+
+def test_trailing_mean_by_hand():
+    np.testing.assert_allclose(trailing_mean(np.array([1.0, 2, 3, 4, 5]), window=3), [1, 1.5, 2, 3, 4])
+    np.testing.assert_allclose(trailing_mean(np.array([4.0, 0, 2]), window=100), [4, 2, 2])
+    assert trailing_mean(np.array([]), window=100).shape == (0,)
+    with pytest.raises(ValueError, match="window 0"):
+        trailing_mean(np.array([1.0]), window=0)
+
+
+def test_read_run_gives_every_game_the_last_100_mean_and_minutes_from_wall_time(two_seeds):
+    run = read_run(two_seeds[0])
+    rows = game_rows(1)
+    returns = [r for _, r, _ in rows]
+    assert run.games.steps.dtype == np.int64 and run.games.steps.tolist() == [s for s, _, _ in rows]
+    assert run.games.values.tolist() == returns
+    for i in [0, 1, 50, 98, 99, 100, 101, 249]:
+        last = returns[max(0, i - 99) : i + 1]
+        assert run.train.values[i] == pytest.approx(sum(last) / len(last))
+        assert run.games.minutes[i] == pytest.approx((30 + 3 * i) / 60)
+    assert run.evals.steps.tolist() == [2000, 4000, 6000, 8000, 10_000]
+    assert run.evals.values.tolist() == [11.0, 21.0, 31.0, 41.0, 51.0]
+    np.testing.assert_allclose(run.evals.minutes, [12, 24, 36, 48, 60])
+    assert run.config["seed"] == 1 and run.last_step == 10_000
+
+
+def test_values_at_steps_between_games(two_seeds):
+    run = read_run(two_seeds[0], window=10)
+    returns = [r for _, r, _ in game_rows(1)]
+    # Step 39: no game yet; step 439: games 0..9 finished (at steps 40..400); 440: games 1..10.
+    got = run.train_return_at(np.array([39, 439, 440]))
+    assert np.isnan(got[0])
+    assert got[1:].tolist() == pytest.approx([np.mean(returns[0:10]), np.mean(returns[1:11])])
+    # The clock is every scalar event: game i at step 40 (i + 1), 30 + 3 i s; SPS at 1000 at 100 s.
+    # Step 1500 lies between games 36 and 37; at step 1000 the later of game 24 and SPS counts.
+    got = run.minutes_at(np.array([1500, 1520, 1000]))
+    assert got.tolist() == pytest.approx([(30 + 3 * 36.5) / 60, (30 + 3 * 37) / 60, max(100, 30 + 3 * 24) / 60])
+
+
+def test_a_resumed_run_drops_the_events_after_its_checkpoint(tmp_path):
+    folder = tmp_path / "resumed"
+    # Logged up to step 100, stopped, resumed from a checkpoint before step 60.
+    write_events(folder, T0, {TRAIN_TAG: [(s, 1.0, T0 + s) for s in range(10, 101, 10)]})
+    write_events(folder, T0 + 5000, {TRAIN_TAG: [(s, 2.0, T0 + 5000 + s) for s in range(60, 151, 10)]})
+    run = read_run(folder)
+    assert run.games.steps.tolist() == list(range(10, 51, 10)) + list(range(60, 151, 10))
+    assert run.games.values.tolist() == [1.0] * 5 + [2.0] * 10
+    assert run.games.minutes[0] == pytest.approx(10 / 60)  # from the first file's opening
+    assert run.config is None
+
+
+def test_report_rows_at_evaluations_or_every_n_steps(two_seeds, tmp_path):
+    run = read_run(two_seeds[0])
+    table = report(run)
+    assert table["steps"].tolist() == [2000, 4000, 6000, 8000, 10_000]
+    np.testing.assert_allclose(table["minutes"], [12, 24, 36, 48, 60])
+    assert table["eval_return"].tolist() == [11.0, 21.0, 31.0, 41.0, 51.0]
+    returns = [r for _, r, _ in game_rows(1)]
+    assert table["train_return"][0] == pytest.approx(np.mean(returns[0:50]))  # game 49 ends at step 2000
+    assert table["train_return"][4] == pytest.approx(np.mean(returns[150:250]))
+
+    plain = read_run(make_run(tmp_path / "plain", 3, evaluations=False))
+    table = report(plain)
+    assert table["steps"].tolist() == list(range(1000, 10_001, 1000))  # 10 rows by default
+    assert np.isnan(table["eval_return"]).all()
+    assert report(plain, every=3000)["steps"].tolist() == [3000, 6000, 9000, 10_000]  # and the last step
+
+
+def test_seeds_are_grouped_and_experiments_named_by_what_differs():
+    base = {**CONFIG, "log_dir": "runs"}
+    configs = [
+        {**base, "seed": 1, "run_name": "a", "total_steps": 10_000},
+        {**base, "seed": 2, "run_name": "b", "total_steps": 20_000, "device": "cuda"},
+        {**base, "seed": 1, "run_name": "c", "n_step": 3},
+        {**base, "env_id": "BreakoutNoFrameskip-v4", "preset": "", "seed": 1},
+        None,
+    ]
+    group, labels = seed_groups(configs, ["a", "b", "c", "d", "e"])
+    assert group == [0, 0, 1, 2, 3]
+    assert labels == [
+        "vecdqn/Catch-v0 (preset catch) n_step=1",
+        "vecdqn/Catch-v0 (preset catch) n_step=3",
+        "BreakoutNoFrameskip-v4",
+        "e",
+    ]
+
+
+def test_curves_module_needs_neither_matplotlib_nor_torch():
+    tree = ast.parse((ROOT / "vecdqn" / "curves.py").read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not {name.split(".")[0] for name in imported} & {"matplotlib", "torch"}
+
+
+# --- scripts/plot.py -----------------------------------------------------------------------------------------
+
+
+def test_tables_without_output_need_no_figure(two_seeds, capsys):
+    assert plot.main([str(p) for p in two_seeds]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    first, second = out.split("\n\n")
+    title, header, *rows = first.splitlines()
+    assert title == f"{two_seeds[0]}: vecdqn/Catch-v0 (preset catch), seed 1; 250 games, agent step 10000"
+    assert header.split("  ") == ["agent steps", "minutes", "train return (last 100)", "eval return"]
+    returns = [r for _, r, _ in game_rows(1)]
+    assert rows[0].split() == ["2000", "12.0", f"{np.mean(returns[0:50]):.2f}", "11.00"]
+    assert len(rows) == 5
+    assert "seed 2" in second.splitlines()[0]
+
+
+def test_png_is_written(two_seeds, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    other = make_run(tmp_path / "nstep3", 1, evaluations=False, n_step=3)
+    png = tmp_path / "curves.png"
+    assert plot.main([*map(str, two_seeds), str(other), "-o", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert capsys.readouterr().err == f"wrote {png}\n"
+
+
+def test_tables_need_no_matplotlib(two_seeds, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now raises ImportError
+    assert plot.main([str(two_seeds[0])]) == 0
+    assert capsys.readouterr().out.startswith(f"{two_seeds[0]}: ")
+    assert plot.main([str(two_seeds[0]), "-o", str(tmp_path / "curves.png")]) == 2
+    assert capsys.readouterr() == ("", 'error: scripts/plot.py needs matplotlib: pip install -e ".[plot]"\n')
+
+
+def test_missing_matplotlib_is_one_line(two_seeds, tmp_path):
+    png = tmp_path / "curves.png"
+    block = (  # None in sys.modules makes `import matplotlib` raise ImportError
+        "import runpy, sys; sys.modules['matplotlib'] = None; "
+        f"sys.argv = ['scripts/plot.py', {str(two_seeds[0])!r}, '-o', {str(png)!r}]; "
+        f"runpy.run_path({str(SCRIPT)!r}, run_name='__main__')"
+    )
+    done = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr == 'error: scripts/plot.py needs matplotlib: pip install -e ".[plot]"\n'
+    assert done.stdout == "" and not png.exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["{tmp}/missing"], "does not exist"),
+        (["{tmp}/a_file"], "is a file, not a run folder"),
+        (["{tmp}/empty"], "is not a run folder: it holds no TensorBoard event files"),
+        (["{runs}"], "holds runs, not event files: pass its run folders (catch__1, catch__2)"),
+        (["{run}", "{run}"], "is given twice"),
+        (["{run}", "-o", "{tmp}/curves.pdf"], "must end in .png"),
+        (["{run}", "-o", "{tmp}/nowhere/curves.png"], "does not exist; create it first"),
+        (["{run}", "-o", "{tmp}/a_file/curves.png"], "is a file, not a folder"),
+        (["{run}", "-o", "{tmp}/empty.png"], "is a folder; give a file name"),
+        (["{run}", "--window", "0"], "--window 0 must be at least 1 game"),
+        (["{run}", "--every", "-5"], "--every -5 must be a positive number"),
+        (["{run}", "--out", "x.png"], "unrecognized arguments: --out x.png (see plot.py --help)"),
+        ([], "the following arguments are required: RUN (see plot.py --help)"),
+    ],
+)
+def test_bad_input_is_one_line(two_seeds, tmp_path, capsys, args, message):
+    (tmp_path / "a_file").write_text("not a run")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty.png").mkdir()
+    argv = [a.format(tmp=tmp_path, run=two_seeds[0], runs=two_seeds[0].parent) for a in args]
+    assert plot.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("plot.py: error: ") and err.count("\n") == 1 and message in err
+
+
+def test_broken_config_is_one_line(tmp_path, capsys):
+    run = make_run(tmp_path / "broken", 1)
+    (run / "config.json").write_text("{not json")
+    assert plot.main([str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"plot.py: error: {run / 'config.json'} is not readable JSON") and err.count("\n") == 1
+
+
+def test_unwritable_output_folder_is_one_line(two_seeds, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(plot.os, "access", lambda path, mode: False)  # as for a user without write permission
+    assert plot.main([str(two_seeds[0]), "-o", str(tmp_path / "curves.png")]) == 2
+    assert capsys.readouterr() == ("", f"plot.py: error: -o {tmp_path / 'curves.png'} is not writable; choose a path "
+                                       "you can write\n")

@@ -1,0 +1,292 @@
+"""Learning curves of training runs, read from their TensorBoard event files into NumPy arrays.
+
+A run folder (``runs/<name>/``, made by ``scripts/train.py``) holds the event files that
+`vecdqn.metrics.MetricsLogger` writes, and ``config.json``. The curves come from two tags:
+``charts/episodic_return`` (one scalar per finished game, at the agent step it finished) and
+``eval/return_mean`` (one per periodic evaluation); the steps and times of every scalar tag make
+the run's clock (when it passed which step). Drawing is left to ``scripts/plot.py``.
+
+Shape legend: ``G`` games finished, ``V`` evaluations, ``T`` scalar events of any tag (the
+run's clock), ``K`` query steps.
+
+Units: steps are agent steps summed over envs (1 agent step = frame-skip emulator frames);
+times are wall-clock minutes since the run's first event, the one written when its log opened.
+A run stopped and resumed later counts the pause too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+TRAIN_TAG = "charts/episodic_return"
+EVAL_TAG = "eval/return_mean"
+# The window of the training curve; MetricsLogger's progress bar uses the same 100 games.
+WINDOW = 100
+
+# Options that change neither what is learned nor how it is logged per agent step: runs that
+# differ only in these and the seed are seeds of one experiment. total_steps only cuts the curve
+# short (every schedule is in absolute agent steps) and a resume may raise it.
+NOT_EXPERIMENT = frozenset({
+    "seed", "total_steps", "log_dir", "run_name", "resume", "device", "torch_threads", "compile",
+    "worker_timeout", "save_replay", "checkpoint_every", "log_every",
+})
+
+
+class RunError(ValueError):
+    """A folder that is not a readable run; the message names the folder and what is wrong."""
+
+
+@dataclass
+class Scalars:
+    """One tag's events in step order: ``steps (n,) int64`` agent steps, ``minutes (n,) float64``,
+    ``values (n,) float64``."""
+
+    steps: np.ndarray
+    minutes: np.ndarray
+    values: np.ndarray
+
+
+@dataclass
+class RunCurves:
+    """The curves of one run.
+
+    Attributes:
+        path: the run folder.
+        config: its ``config.json`` as a dict, or None where the folder has none.
+        games: ``G`` finished games: raw return of each game (``values``).
+        train: ``G`` points: mean raw return of the last `window` games at each game's step.
+        evals: ``V`` evaluations: mean return of each periodic evaluation.
+        clock: ``T`` events of every scalar tag, for the time at which the run passed a step.
+        window: games in the training curve's trailing mean.
+    """
+
+    path: Path
+    config: dict[str, Any] | None
+    games: Scalars
+    train: Scalars
+    evals: Scalars
+    clock: Scalars
+    window: int
+
+    @property
+    def last_step(self) -> int:
+        """The largest agent step the run has logged (0 if none)."""
+        return int(self.clock.steps[-1]) if len(self.clock.steps) else 0
+
+    def train_return_at(self, steps: np.ndarray) -> np.ndarray:
+        """Training return (mean of the last `window` games finished at or before each step).
+
+        ``steps (K,) int`` agent steps -> ``(K,) float64``; NaN before the first game.
+        """
+        index = np.searchsorted(self.games.steps, np.asarray(steps), side="right") - 1
+        out = np.full(index.shape, np.nan)
+        out[index >= 0] = self.train.values[index[index >= 0]]
+        return out
+
+    def minutes_at(self, steps: np.ndarray) -> np.ndarray:
+        """Wall-clock minutes at which the run reached each step, interpolated between its events
+        (the first or last event's time outside them).
+
+        ``steps (K,) int`` agent steps -> ``(K,) float64`` minutes; NaN if the run logged nothing.
+        """
+        if not len(self.clock.steps):
+            return np.full(np.shape(steps), np.nan)
+        # Several tags share a step; the latest of their times is when the run had passed it.
+        unique, first = np.unique(self.clock.steps, return_index=True)
+        latest = np.maximum.reduceat(self.clock.minutes, first)
+        return np.interp(np.asarray(steps, dtype=np.float64), unique, latest)
+
+
+def trailing_mean(values: np.ndarray, window: int = WINDOW) -> np.ndarray:
+    """Mean of each element and the ``window - 1`` before it (fewer at the start).
+
+    ``values (G,) float`` -> ``(G,) float64``: element ``i`` is ``values[max(0, i-window+1):i+1].mean()``.
+    """
+    if window < 1:
+        raise ValueError(f"window {window} must be at least 1 game")
+    values = np.asarray(values, dtype=np.float64)
+    # Differences of running sums: O(G), and exact for game scores (integers, sums below 2**53).
+    sums = np.concatenate([[0.0], np.cumsum(values)])
+    end = np.arange(1, len(values) + 1)
+    start = np.maximum(end - window, 0)
+    return (sums[end] - sums[start]) / (end - start)
+
+
+def event_files(folder: Path) -> list[Path]:
+    """The TensorBoard event files directly in ``folder``, sorted by name (i.e. by creation time)."""
+    return sorted(p for p in folder.iterdir() if p.is_file() and "tfevents" in p.name)
+
+
+def check_run_folder(folder: Path) -> None:
+    """Raise `RunError` unless ``folder`` holds event files directly (as a run folder does)."""
+    if not folder.exists():
+        raise RunError(f"{folder} does not exist")
+    if not folder.is_dir():
+        raise RunError(f"{folder} is a file, not a run folder")
+    if event_files(folder):
+        return
+    runs = sorted(p.name for p in folder.iterdir() if p.is_dir() and event_files(p))
+    if runs:
+        shown = ", ".join(runs[:3]) + (", ..." if len(runs) > 3 else "")
+        raise RunError(f"{folder} holds runs, not event files: pass its run folders ({shown}), e.g. {folder}/*")
+    raise RunError(f"{folder} is not a run folder: it holds no TensorBoard event files (scripts/train.py "
+                   "writes them)")
+
+
+def _in_step_order(events: Sequence[Any]) -> list[Any]:
+    """Drop what a resume superseded; the rest is in step order.
+
+    A run resumed from a checkpoint at step S opens a new event file and logs the steps after S
+    again, while the old file still holds what it logged after S before it stopped. Files are
+    read in creation order, so a tag's step going back marks a resume: the earlier events at or
+    after the new step are dropped (TensorBoard's own rule for out-of-order steps). Games the old
+    file logged between S and the first new event cannot be told apart and stay.
+    """
+    kept: list[Any] = []
+    for event in events:
+        if kept and event.step < kept[-1].step:
+            while kept and kept[-1].step >= event.step:
+                kept.pop()
+        kept.append(event)
+    return kept
+
+
+def _scalars(events: Sequence[Any], origin: float) -> Scalars:
+    return Scalars(
+        steps=np.array([e.step for e in events], dtype=np.int64),
+        minutes=np.array([(e.wall_time - origin) / 60.0 for e in events], dtype=np.float64),
+        values=np.array([e.value for e in events], dtype=np.float64),
+    )
+
+
+def read_config(folder: Path) -> dict[str, Any] | None:
+    """The run's ``config.json`` as a dict; None if the folder has none. `RunError` if unreadable."""
+    path = folder / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise RunError(f"{path} is not readable JSON: {err}") from err
+    if not isinstance(config, dict):
+        raise RunError(f"{path} holds a JSON {type(config).__name__}, not the object scripts/train.py writes")
+    return config
+
+
+def read_run(folder: str | Path, window: int = WINDOW) -> RunCurves:
+    """Read a run folder's curves; every scalar event is kept (no subsampling).
+
+    Args:
+        folder: the run folder, holding event files directly.
+        window: games in the training curve's trailing mean.
+
+    Raises:
+        RunError: the folder does not exist, holds no event files, or they hold no events.
+    """
+    folder = Path(folder)
+    check_run_folder(folder)
+    config = read_config(folder)
+    accumulator = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    try:
+        origin = accumulator.FirstEventTimestamp()
+    except ValueError as err:
+        raise RunError(f"{folder}: its event files hold no events yet") from err
+    by_tag = {tag: _in_step_order(accumulator.Scalars(tag)) for tag in accumulator.Tags()["scalars"]}
+    games = _scalars(by_tag.get(TRAIN_TAG, []), origin)
+    every_event = sorted((e for events in by_tag.values() for e in events), key=lambda e: (e.step, e.wall_time))
+    return RunCurves(
+        path=folder,
+        config=config,
+        games=games,
+        train=Scalars(games.steps, games.minutes, trailing_mean(games.values, window)),
+        evals=_scalars(by_tag.get(EVAL_TAG, []), origin),
+        clock=_scalars(every_event, origin),
+        window=window,
+    )
+
+
+def round_steps(at_least: float) -> int:
+    """The smallest of 1, 2, 5, 10, 20, 50, ... agent steps that is at least ``at_least``."""
+    if at_least <= 1:
+        return 1
+    power = 10 ** math.floor(math.log10(at_least))
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= at_least)
+
+
+def report(run: RunCurves, every: int | None = None, rows: int = 10) -> dict[str, np.ndarray]:
+    """The run's table: one row per evaluation, or, for a run without any, one row every
+    ``every`` agent steps (default: a round number giving about ``rows`` rows) and one at its
+    last step.
+
+    Returns:
+        ``steps (K,) int64`` agent steps, ``minutes (K,) float64``, ``train_return (K,) float64``
+        (mean of the last `window` games at that step; NaN before the first game) and
+        ``eval_return (K,) float64`` (NaN on rows that are not evaluations).
+    """
+    if len(run.evals.steps):
+        steps = run.evals.steps
+        minutes = run.evals.minutes
+        eval_return = run.evals.values
+    else:
+        last = run.last_step
+        every = every or round_steps(last / rows)
+        steps = np.arange(every, last + 1, every, dtype=np.int64)
+        if last > 0 and (not len(steps) or steps[-1] != last):
+            steps = np.append(steps, np.int64(last))
+        minutes = run.minutes_at(steps)
+        eval_return = np.full(len(steps), np.nan)
+    return {"steps": steps, "minutes": minutes, "train_return": run.train_return_at(steps),
+            "eval_return": eval_return}
+
+
+def _base_label(config: Mapping[str, Any]) -> str:
+    preset = config.get("preset")
+    return str(config.get("env_id", "?")) + (f" (preset {preset})" if preset else "")
+
+
+def _experiment(config: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if k not in NOT_EXPERIMENT}
+
+
+def seed_groups(configs: Sequence[Mapping[str, Any] | None], names: Sequence[str]) -> tuple[list[int], list[str]]:
+    """Group runs that differ only in their seed (and in `NOT_EXPERIMENT` options), and name each group.
+
+    Args:
+        configs: each run's config; None where a run has none (it is then a group of its own).
+        names: each run's folder name, the label of a run without a config.
+
+    Returns:
+        ``group``: one index per run, groups numbered in order of first appearance; ``labels``:
+        one per group, the env id, `` (preset NAME)`` if any, and where groups would share that
+        label the options in which they differ, e.g. ``vecdqn/Catch-v0 (preset catch) n_step=3``.
+    """
+    keys: list[str] = []
+    group: list[int] = []
+    members: list[int] = []  # first run of each group
+    for i, config in enumerate(configs):
+        key = json.dumps(_experiment(config), sort_keys=True, default=str) if config is not None else f"\0{i}"
+        if key not in keys:
+            keys.append(key)
+            members.append(i)
+        group.append(keys.index(key))
+    labels = []
+    for i in members:
+        config = configs[i]
+        if config is None:
+            labels.append(names[i])
+            continue
+        base = _base_label(config)
+        rivals = [_experiment(c) for j in members if (c := configs[j]) is not None and _base_label(c) == base]
+        differ = sorted(k for k in set().union(*rivals) if len({json.dumps(r.get(k), default=str) for r in rivals}) > 1)
+        shown = [f"{k}={config.get(k)}" for k in differ[:3]] + (["..."] if len(differ) > 3 else [])
+        labels.append(" ".join([base, *shown]))
+    return group, labels
