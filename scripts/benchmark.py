@@ -12,22 +12,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import NoReturn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from vecdqn.benchmarks import QUICK, SECTIONS, Row, run_sections  # noqa: E402
-
-
-class _OneLineErrors(argparse.ArgumentParser):
-    """Errors as one line and a pointer to --help, not the usage of every section's flags."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+from vecdqn.config import OneLineErrorParser  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _OneLineErrors(prog="benchmark.py", description=__doc__.split("\n\n")[0], allow_abbrev=False,
+    parser = OneLineErrorParser(prog="benchmark.py", description=__doc__.split("\n\n")[0], allow_abbrev=False,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5,
                         help="interleaved rounds per row; rows are medians (default 5)")

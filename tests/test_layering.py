@@ -25,6 +25,11 @@ FORBIDDEN = {
     "frame_tap": {"torch", "vecdqn.trainer", "vecdqn.replay", "vecdqn.agent", "vecdqn.model"},
     "checkpoint": {"gymnasium", "ale_py", "vecdqn.trainer", "vecdqn.agent", "vecdqn.replay", "vecdqn.evaluation"},
     "catch": {"torch", "vecdqn.agent", "vecdqn.model", "vecdqn.replay", "vecdqn.trainer"},
+    "safe_pickle": {"torch", "gymnasium", "ale_py", "cv2", "vecdqn"},
+    "preflight": {"vecdqn.trainer", "vecdqn.cli", "vecdqn.metrics", "vecdqn.evaluation", "vecdqn.vector"},
+    "trainer": {"vecdqn.cli", "vecdqn.benchmarks"},
+    "curves": {"torch", "matplotlib", "gymnasium", "vecdqn.trainer", "vecdqn.agent"},
+    "cli": {"vecdqn.benchmarks"},
 }
 
 

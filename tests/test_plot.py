@@ -4,7 +4,6 @@ The runs here are event files written with the trainer's own writer (SummaryWrit
 steps, wall times and values, so every curve point is checked against a hand computation.
 """
 
-import ast
 import importlib.util
 import json
 import subprocess
@@ -163,16 +162,6 @@ def test_seeds_are_grouped_and_experiments_named_by_what_differs():
         "BreakoutNoFrameskip-v4",
         "e",
     ]
-
-
-def test_curves_module_needs_neither_matplotlib_nor_torch():
-    tree = ast.parse((ROOT / "vecdqn" / "curves.py").read_text())
-    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert not {name.split(".")[0] for name in imported} & {"matplotlib", "torch"}
-
-
-# --- scripts/plot.py -----------------------------------------------------------------------------------------
 
 
 def test_tables_without_output_need_no_figure(two_seeds, capsys):

@@ -455,8 +455,9 @@ def option_flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-class _OneLineErrors(argparse.ArgumentParser):
-    """An argparse parser whose errors are one line (not the whole usage of ~50 options)."""
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line and a pointer to ``--help`` (not the whole
+    usage of ~50 options); exit code 2, argparse's convention."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -464,7 +465,7 @@ class _OneLineErrors(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``scripts/train.py``, generated from `Config`'s fields."""
-    parser = _OneLineErrors(
+    parser = OneLineErrorParser(
         prog="train.py",
         description="Train a DQN agent (double DQN, dueling network, prioritized replay) on an Atari game. "
         "All counts are agent steps summed over envs (1 agent step = frame-skip emulator frames) "

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from vecdqn.trainer import available_memory_bytes
+from vecdqn.preflight import available_memory_bytes
 
 __all__ = ["COLUMNS", "ENV_ID", "Row", "available_memory_bytes", "format_table", "interleaved", "print_table",
            "rss_bytes", "time_block", "write_json"]
