@@ -9,7 +9,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "vecdqn"
 
 # module (a path under vecdqn/, without .py) -> top-level packages / vecdqn modules it must not import
 FORBIDDEN = {
-    "config": {"torch", "numpy", "gymnasium", "ale_py", "cv2", "vecdqn"},
+    # config may import only the preset table (plain data) of the package
+    "config": {"torch", "numpy", "gymnasium", "ale_py", "cv2", *(f"vecdqn.{p.stem}" for p in PACKAGE.glob("*.py")
+                                                                  if p.stem not in ("presets", "__init__")),
+               "vecdqn.replay", "vecdqn.benchmarks"},
+    "presets": {"torch", "numpy", "gymnasium", "ale_py", "cv2", "vecdqn"},
     "schedules": {"torch", "numpy", "gymnasium", "vecdqn"},
     **{f"replay/{path.stem}": {"torch", "gymnasium", "ale_py", "cv2", "vecdqn.agent", "vecdqn.model", "vecdqn.trainer"}
        for path in (PACKAGE / "replay").glob("*.py")},  # every module of the replay package

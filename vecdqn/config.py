@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, NoReturn
 
+from vecdqn.presets import PRESET_SOURCES, PRESETS
+
 # The smallest frame the Nature-DQN torso turns into at least one 1×1 feature map.
 MIN_SCREEN_SIZE = 36
 # Longest n-step return accepted (the return matrix is n x n; Rainbow, Hessel et al. 2018, uses 3).
@@ -195,6 +197,13 @@ class Config:
         Raises:
             ValueError: naming the bad option, its value and what is allowed.
         """
+        self._check_ranges()
+        self.env_options().validate(option_flag)
+        self._check_schedules()
+        self._check_relations()
+
+    def _check_ranges(self) -> None:
+        """Each number on its own: counts, rates, probabilities."""
         positive = [
             "total_steps", "num_envs", "buffer_size", "batch_size", "train_frequency",
             "target_update_frequency", "n_step", "log_every", "hidden_size", "eval_episodes", "per_beta_steps",
@@ -203,7 +212,6 @@ class Config:
             value = getattr(self, name)
             if value < 1:
                 raise ValueError(f"{option_flag(name)} {value} must be a positive integer (>= 1)")
-        self.env_options().validate(option_flag)
         for name in ["learning_starts", "checkpoint_every", "eval_every", "epsilon_decay_steps",
                      "torch_threads"]:
             value = getattr(self, name)
@@ -225,6 +233,9 @@ class Config:
         ]:
             if not (ok and math.isfinite(value)):
                 raise ValueError(f"{option_flag(name)} {value} must be a finite number {allowed}")
+
+    def _check_schedules(self) -> None:
+        """Each ``--*-schedule`` parses, and its values are in their quantity's range."""
         for name, low, high in [("epsilon_schedule", 0.0, 1.0), ("per_beta_schedule", 0.0, 1.0),
                                 ("learning_rate_schedule", 0.0, math.inf)]:
             text = getattr(self, name)
@@ -238,6 +249,9 @@ class Config:
             if bad:
                 allowed = "positive" if high == math.inf else f"in [{low:g}, {high:g}]"
                 raise ValueError(f"{option_flag(name)} {text!r}: values {bad} must be {allowed}")
+
+    def _check_relations(self) -> None:
+        """Values that must fit each other (batch and buffer, warm-up and length, ...) and names."""
         if not 0 <= self.seed < 2**32:
             raise ValueError(f"--seed {self.seed} must be in [0, 2**32) (env i is seeded seed + i)")
         if self.seed + self.num_envs > 2**32:
@@ -324,74 +338,6 @@ class Config:
         """Build a Config from a saved dict, ignoring keys this version does not know."""
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
-
-
-# Named starting points. Each maps option names to values; explicit command-line options win.
-PRESETS: dict[str, dict[str, Any]] = {
-    # The pixel Catch game (vecdqn/Catch-v0): small, fast, learnable on a CPU in minutes.
-    # Episodes last 9 agent steps, so the replay and the schedules are scaled down.
-    "catch": dict(
-        env_id="vecdqn/Catch-v0",
-        total_steps=20_000,
-        num_envs=4,
-        # 44 px, not 84: four times less convolution work, and the smallest size at which the
-        # Nature torso still sees the bottom row (at 42 its strides drop the paddle's rows).
-        screen_size=44,
-        buffer_size=20_000,
-        learning_starts=1_000,
-        train_frequency=4,
-        batch_size=32,
-        learning_rate=5e-4,
-        adam_eps=1e-8,
-        gamma=0.99,
-        n_step=1,
-        target_update_frequency=500,
-        epsilon_start=1.0,
-        epsilon_end=0.01,
-        epsilon_decay_steps=10_000,
-        per_beta_steps=20_000,
-        hidden_size=128,
-        log_every=1_000,
-        checkpoint_every=0,
-        eval_every=0,
-        per_alpha=0.5,
-    ),
-    # labml's annotated DQN experiment on Breakout (labml_nn.rl.dqn: dueling network, double-Q
-    # Huber loss, prioritized replay, 8 worker processes), converted to agent steps: there one
-    # "update" collects 8 workers x 4 steps = 32 transitions and then trains 8 minibatches of
-    # 32, i.e. one update of 32 every 4 agent steps; its 1,000,000 updates are 32,000,000 agent
-    # steps. vecdqn keeps its own DeepMind-protocol wrappers (see README).
-    "labml": dict(
-        env_id="BreakoutNoFrameskip-v4",
-        num_envs=8,
-        total_steps=32_000_000,
-        buffer_size=2**14,
-        per_alpha=0.6,
-        per_eps=1e-6,
-        learning_starts=2**14,  # learning starts when the replay is full
-        train_frequency=4,
-        batch_size=32,
-        target_update_frequency=8_000,  # every 250 of its updates
-        epsilon_schedule="0:1.0,800000:0.1,16000000:0.01",  # (0, 1.0), (25k, 0.1), (500k, 0.01) updates
-        per_beta_start=0.4,
-        per_beta_end=1.0,
-        per_beta_steps=32_000_000,
-        learning_rate=1e-4,
-        adam_eps=1e-8,  # PyTorch's default
-        max_grad_norm=0.5,
-        gamma=0.99,
-        n_step=1,
-        clip_rewards=False,
-    ),
-}
-
-
-# Where each preset comes from (shown by --help with its values).
-PRESET_SOURCES = {
-    "catch": "the pixel Catch game of vecdqn's tests (bsuite's Catch, Osband et al. 2020), learnable on a CPU "
-             "in minutes",
-    "labml": "labml's annotated DQN experiment on Breakout (labml_nn.rl.dqn), converted to agent steps",
-}
 
 
 def presets_help() -> str:

@@ -38,7 +38,6 @@ import os
 import random
 import signal
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +52,8 @@ from vecdqn.metrics import MetricsLogger
 from vecdqn.preflight import ConfigError, preflight
 from vecdqn.replay import PrioritizedReplayBuffer
 from vecdqn.schedules import Schedules
-from vecdqn.vector import WorkerError, WorkerGuard
+from vecdqn.train_state import TrainState, target_syncs_due, updates_due
+from vecdqn.vector import WorkerError, WorkerGuard, ended_games
 from vecdqn.video import video_for_tensorboard
 
 __all__ = [
@@ -79,72 +79,37 @@ class Interrupted(Exception):
         return 128 + self.signum  # 130 for SIGINT, 143 for SIGTERM (shell convention)
 
 
-def updates_due(step: int, num_envs: int, learn_from: int, train_frequency: int, updates_since: int) -> int:
-    """Gradient updates to run during the vector step that takes the count from ``step`` to
-    ``step + num_envs`` agent steps: one per ``train_frequency`` agent steps from ``learn_from``
-    on (the first at ``learn_from`` itself), less the ``updates_since`` already done since then.
+class StopSignals:
+    """SIGINT/SIGTERM as a request to stop after the current step (a second one stops at once).
 
-    >>> updates_due(96, 4, 100, 4, 0), updates_due(100, 4, 100, 4, 1), updates_due(104, 8, 100, 4, 2)
-    (1, 1, 2)
-    """
-    if step < learn_from:
-        return 0
-    return max((step + num_envs - learn_from) // train_frequency + 1 - updates_since, 0)
-
-
-def target_syncs_due(step: int, num_envs: int, next_sync: int, period: int) -> tuple[int, int]:
-    """``(syncs, next_sync)``: how many hard target syncs fall into the vector step that ends at
-    agent step ``step + num_envs``, and the agent step of the sync after them.
-
-    >>> target_syncs_due(96, 8, 100, 500), target_syncs_due(0, 8, 100, 500)
-    ((1, 600), (0, 100))
-    """
-    syncs = 0
-    while step + num_envs >= next_sync:
-        syncs += 1
-        next_sync += period
-    return syncs, next_sync
-
-
-@dataclass
-class TrainState:
-    """Every counter of a run, created once and saved whole in the checkpoint.
-
-    Units are agent steps summed over envs, except ``updates`` (gradient updates) and
-    ``episodes`` (whole games).
+    ``with StopSignals(enabled, say) as stop:`` installs the handlers (main thread only) and puts
+    the previous ones back on exit; ``stop.signum`` is the first signal received, or None.
     """
 
-    step: int = 0
-    updates: int = 0
-    learn_from: int = 0          # agent step of the first update (later after a resume without replay)
-    update_offset: int = 0       # updates done before learn_from
-    next_sync: int = 0           # agent step of the next target sync
-    next_log: int = 0
-    next_eval: float = math.inf
-    next_checkpoint: float = math.inf
-    episodes: int = 0
-    episode_history: list[tuple[float, float]] = field(default_factory=list)  # last 100 (return, frames)
+    def __init__(self, enabled: bool = True, say: Any = None):
+        self.enabled = enabled
+        self.say = say
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
 
-    @classmethod
-    def new(cls, c: Config) -> TrainState:
-        return cls(
-            learn_from=c.learning_starts, next_sync=c.learning_starts + c.target_update_frequency,
-            next_log=c.log_every, next_eval=c.eval_every or math.inf, next_checkpoint=c.checkpoint_every or math.inf,
-        )
+    def __enter__(self) -> StopSignals:
+        if self.enabled:
+            for s in (signal.SIGINT, signal.SIGTERM):
+                self._previous[s] = signal.signal(s, self._on_signal)
+        return self
 
-    def resumed(self, c: Config, *, with_replay: bool) -> TrainState:
-        """This state, continued under ``c``: the clocks restart from ``step`` with ``c``'s
-        periods; without a saved replay, learning waits for ``learning_starts`` fresh transitions."""
-        state = dataclasses.replace(
-            self, next_log=self.step + c.log_every,
-            next_eval=(self.step // c.eval_every + 1) * c.eval_every if c.eval_every else math.inf,
-            next_checkpoint=self.step + c.checkpoint_every if c.checkpoint_every else math.inf,
-        )
-        if not with_replay:
-            state.learn_from = self.step + c.learning_starts
-            state.update_offset = self.updates
-            state.next_sync = state.learn_from + c.target_update_frequency
-        return state
+    def __exit__(self, *exc: Any) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous.clear()
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt  # second signal: stop now; finally-blocks still close the workers
+        self.signum = signum
+        if self.say is not None:
+            self.say(f"{signal.Signals(signum).name}: finishing this step and writing a checkpoint "
+                     "(send it again to stop at once)")
 
 
 def run_name(config: Config, now: float | None = None) -> str:
@@ -176,7 +141,6 @@ class Trainer:
         self.config = config
         self.progress = progress
         self.resume_state = resume_state
-        self.handle_signals = handle_signals
         self.device = select_device(config.device)
         self.run_dir = Path(resume_dir) if resume_dir is not None else Path(config.log_dir) / run_name(config)
         self.state = TrainState.new(config)
@@ -185,8 +149,7 @@ class Trainer:
         self.logger: MetricsLogger | None = None
         self.worker_checkpoint: Path | None = None
         self.replay_note = "no saved replay"
-        self._signal: int | None = None
-        self._previous_handlers: dict[int, Any] = {}
+        self.stop = StopSignals(handle_signals, say=lambda message: self.logger and self.logger.write(message))
 
     @property
     def step(self) -> int:
@@ -207,21 +170,7 @@ class Trainer:
         """
         file = checkpoint.resolve_checkpoint(path)
         state = checkpoint.load_training(file)
-        saved = state["config"]
-        overrides = overrides or {}
-        for name in ("log_dir", "run_name"):
-            if name in overrides:
-                raise ConfigError(f"{option_flag(name)} {overrides[name]} cannot be given with --resume: the run "
-                                  f"continues in its own folder {file.parent.parent}")
-        for name in FIXED_ON_RESUME:
-            if name in overrides and overrides[name] != saved.get(name):
-                flag = option_flag(name)
-                raise ConfigError(f"{flag} {overrides[name]} differs from the run's {saved.get(name)}; {flag} cannot "
-                                  "change on --resume (start a new run instead)")
-        config = Config.from_dict({**saved, **overrides})
-        if config.total_steps <= int(state["train_state"]["step"]):
-            raise ConfigError(f"--total-steps {config.total_steps} is not beyond the checkpoint's agent step "
-                              f"{state['train_state']['step']}; give a larger --total-steps to continue")
+        config = resumed_config(state, overrides or {}, run_dir=file.parent.parent)
         return cls(config, resume_state=state, resume_dir=file.parent.parent, **kwargs)
 
     # -- the run ---------------------------------------------------------------------------------
@@ -249,10 +198,10 @@ class Trainer:
         (self.run_dir / "config.json").write_text(c.to_json())
         # Envs first: forked workers then do not inherit the replay's memory or torch's threads.
         self.envs = envs = WorkerGuard.start(c.env_id, c.num_envs, c.env_options(), c.worker_timeout)
-        self._install_signal_handlers()
         try:
-            obs, actions = self._set_up(envs)
-            return self._loop(envs, obs, actions)
+            with self.stop:
+                obs, actions = self._set_up(envs)
+                return self._loop(envs, obs, actions)
         except WorkerError:
             envs.force_close()
             # The envs cannot be snapshotted any more; a resume from this checkpoint restarts the
@@ -263,7 +212,6 @@ class Trainer:
             envs.force_close()
             raise
         finally:
-            self._restore_signal_handlers()
             envs.close()
             if self.logger is not None:
                 self.logger.close()
@@ -311,9 +259,10 @@ class Trainer:
             self._log()
             if s.step >= s.next_eval:
                 s.next_eval += c.eval_every
-                self._evaluate()
-            if self._signal is not None:
-                raise Interrupted(self._signal, self.save_checkpoint("latest.pt", envs=envs, obs=obs, actions=actions))
+                evaluate_and_log(self.agent.online, c, s.step, self.device, self.logger)
+            if self.stop.signum is not None:
+                raise Interrupted(self.stop.signum, self.save_checkpoint("latest.pt", envs=envs, obs=obs,
+                                                                         actions=actions))
             if s.next_checkpoint <= s.step < c.total_steps:
                 s.next_checkpoint += c.checkpoint_every
                 self.save_checkpoint("latest.pt", envs=envs, obs=obs, actions=actions)
@@ -327,12 +276,10 @@ class Trainer:
         c, s = self.config, self.state
         if s.step < s.learn_from or len(self.buffer) < c.batch_size:
             return
-        due = updates_due(s.step, c.num_envs, s.learn_from, c.train_frequency, s.updates - s.update_offset)
-        if due:
-            self.agent.set_learning_rate(self.schedules.learning_rate(s.step))
-            beta = self.schedules.beta(s.step)
-            for _ in range(due):
-                self.logger.losses(self._update(beta))
+        self.agent.set_learning_rate(self.schedules.learning_rate(s.step))
+        beta = self.schedules.beta(s.step)
+        for _ in range(updates_due(s.step, c.num_envs, s.learn_from, c.train_frequency, s.updates - s.update_offset)):
+            self.logger.losses(self._update(beta))
         syncs, s.next_sync = target_syncs_due(s.step, c.num_envs, s.next_sync, c.target_update_frequency)
         if syncs:
             self.agent.sync_target()
@@ -366,28 +313,14 @@ class Trainer:
             stored_next = next_obs.copy()
             for i in np.flatnonzero(infos["_final_obs"]):
                 stored_next[i] = infos["final_obs"][i]
-        self._record_episodes(infos)
+        # Each game at its own env's agent step (see `ended_games`), so none hides another.
+        for step, episodic_return, length in ended_games(infos, s.step - c.num_envs + 1):
+            self.logger.episode(step, episodic_return, length)
+        s.episodes = self.logger.episodes
         # Sign clipping (Mnih et al. 2015) happens before the n-step sum, as in Rainbow.
         self.buffer.add(obs, actions, np.sign(rewards) if c.clip_rewards else rewards, stored_next,
                         terminated, truncated)
         return next_obs
-
-    def _record_episodes(self, infos: dict[str, Any]) -> None:
-        """Log the whole games that ended in this vector step, each at its own env's agent step
-        (env ``i`` of the vector step ending at agent step ``t`` is agent step ``t − N + 1 + i``).
-
-        A game normally ends on a step (its statistics are in ``final_info``); rarely it ends
-        inside a reset (the life-loss continuation's no-op or FIRE reaches the frame cap), and
-        the wrappers then put its statistics in the reset's info, the top-level ``info``.
-        """
-        first = self.state.step - self.config.num_envs + 1
-        for source in (infos.get("final_info", {}), infos):
-            stats = source.get("episode")
-            if stats is None:
-                continue
-            for i in np.flatnonzero(source["_episode"]):
-                self.logger.episode(first + int(i), float(stats["r"][i]), float(stats["l"][i]))
-        self.state.episodes = self.logger.episodes
 
     def _log(self) -> None:
         """Scalars every ``log_every`` agent steps (and at the end); the bar every step."""
@@ -404,27 +337,6 @@ class Trainer:
             self.logger.flush_losses(s.step)
             self.logger.sps(s.step)
         self.logger.progress(s.step)
-
-    def _evaluate(self) -> None:
-        """Whole games in a separate, non-vectorized env (training envs untouched); logs
-        ``eval/return_mean``, ``eval/return_std``, ``eval/hns`` and ``eval/video``."""
-        c, step = self.config, self.state.step
-        result = evaluate(self.agent.online, c, episodes=c.eval_episodes, epsilon=c.eval_epsilon,
-                          seed=c.seed + 1_000_003 + step, device=self.device, record=True, record_max_frames=1_200)
-        stats = result.stats
-        values = {"eval/return_mean": stats["mean"], "eval/return_std": stats["std"]}
-        if result.hns is not None:
-            values["eval/hns"] = result.hns
-        self.logger.scalars(step, values)
-        if result.frames is not None and len(result.frames):
-            # One frame per agent step (stride = frame skip), played back in real time.
-            stride = c.frame_skip if result.length_unit == "frames" else 1
-            clip = video_for_tensorboard(result.frames, max_frames=300, scale=0.5, stride=stride)
-            self.logger.video("eval/video", clip, step, fps=60 / stride if stride > 1 else 15)
-        self.logger.write(
-            f"eval at agent step {step}: return {stats['mean']:.2f} ± {stats['std']:.2f} over {stats['episodes']} "
-            "games" + (f", human-normalized {result.hns:.3f}" if result.hns is not None else "")
-        )
 
     def _summary(self, clock: dict[str, Any], latest: Path, final: Path) -> dict[str, Any]:
         now, s = time.perf_counter(), self.state
@@ -474,25 +386,54 @@ class Trainer:
             return saved_envs["obs"], saved_envs["actions"]
         return None
 
-    # -- signals -----------------------------------------------------------------------------------
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        if self._signal is not None:
-            # Second signal: stop now. The finally-blocks still close the workers.
-            raise KeyboardInterrupt
-        self._signal = signum
-        if self.logger is not None:
-            self.logger.write(f"{signal.Signals(signum).name}: finishing this step and writing a checkpoint "
-                              "(send it again to stop at once)")
 
-    def _install_signal_handlers(self) -> None:
-        if self.handle_signals:
-            for s in (signal.SIGINT, signal.SIGTERM):
-                self._previous_handlers[s] = signal.signal(s, self._on_signal)
+def resumed_config(state: dict[str, Any], overrides: dict[str, Any], run_dir: Path) -> Config:
+    """The configuration a checkpoint's run continues with: the saved one, updated with
+    ``overrides`` (e.g. a longer ``total_steps``).
 
-    def _restore_signal_handlers(self) -> None:
-        for s, handler in self._previous_handlers.items():
-            signal.signal(s, handler)
-        self._previous_handlers.clear()
+    Raises:
+        ConfigError: an override that cannot apply to this run (one that moves the run folder or
+            changes the networks', envs' or replay's shape), or a ``total_steps`` not beyond the
+            checkpoint's step.
+    """
+    saved = state["config"]
+    for name in ("log_dir", "run_name"):
+        if name in overrides:
+            raise ConfigError(f"{option_flag(name)} {overrides[name]} cannot be given with --resume: the run "
+                              f"continues in its own folder {run_dir}")
+    for name in FIXED_ON_RESUME:
+        if name in overrides and overrides[name] != saved.get(name):
+            flag = option_flag(name)
+            raise ConfigError(f"{flag} {overrides[name]} differs from the run's {saved.get(name)}; {flag} cannot "
+                              "change on --resume (start a new run instead)")
+    config = Config.from_dict({**saved, **overrides})
+    step = int(state["train_state"]["step"])
+    if config.total_steps <= step:
+        raise ConfigError(f"--total-steps {config.total_steps} is not beyond the checkpoint's agent step {step}; "
+                          "give a larger --total-steps to continue")
+    return config
+
+
+def evaluate_and_log(network: torch.nn.Module, c: Config, step: int, device: torch.device,
+                     logger: MetricsLogger) -> None:
+    """The periodic evaluation: whole games in a separate, non-vectorized env (training envs
+    untouched); logs ``eval/return_mean``, ``eval/return_std``, ``eval/hns`` and ``eval/video``."""
+    result = evaluate(network, c, episodes=c.eval_episodes, epsilon=c.eval_epsilon, seed=c.seed + 1_000_003 + step,
+                      device=device, record=True, record_max_frames=1_200)
+    stats = result.stats
+    values = {"eval/return_mean": stats["mean"], "eval/return_std": stats["std"]}
+    if result.hns is not None:
+        values["eval/hns"] = result.hns
+    logger.scalars(step, values)
+    if result.frames is not None and len(result.frames):
+        # One frame per agent step (stride = frame skip), played back in real time.
+        stride = c.frame_skip if result.length_unit == "frames" else 1
+        clip = video_for_tensorboard(result.frames, max_frames=300, scale=0.5, stride=stride)
+        logger.video("eval/video", clip, step, fps=60 / stride if stride > 1 else 15)
+    logger.write(
+        f"eval at agent step {step}: return {stats['mean']:.2f} ± {stats['std']:.2f} over {stats['episodes']} "
+        "games" + (f", human-normalized {result.hns:.3f}" if result.hns is not None else "")
+    )
 
 
 def train(config: Config, **kwargs: Any) -> dict[str, Any]:

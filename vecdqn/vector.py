@@ -23,11 +23,31 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 from vecdqn.config import EnvOptions
 from vecdqn.wrappers import check_env_options, make_env
 
-__all__ = ["WorkerError", "WorkerGuard", "make_vector_env"]
+__all__ = ["WorkerError", "WorkerGuard", "ended_games", "make_vector_env"]
 
 
 class WorkerError(RuntimeError):
     """An env worker raised, died or did not answer in time."""
+
+
+def ended_games(infos: dict[str, Any], first_step: int) -> list[tuple[int, float, float]]:
+    """The whole games that ended in one vector step, as ``(agent step, raw return, length)``.
+
+    Env ``i`` of a vector step whose first agent step is ``first_step`` (``t − N + 1`` for the
+    step that ends at agent step ``t``) is agent step ``first_step + i``: games that end on the
+    same vector step get distinct steps. Lengths are in frames for ALE games.
+
+    A game normally ends on a step (its statistics are in ``final_info``); rarely it ends inside
+    a reset (the life-loss continuation's no-op or FIRE reaches the frame cap), and the wrappers
+    then put its statistics in the reset's info, the top-level ``info``.
+    """
+    games = []
+    for source in (infos.get("final_info", {}), infos):
+        stats = source.get("episode")
+        if stats is not None:
+            games += [(first_step + int(i), float(stats["r"][i]), float(stats["l"][i]))
+                      for i in np.flatnonzero(source["_episode"])]
+    return games
 
 
 def _make_worker_env(env_id: str, options: EnvOptions) -> gym.Env:

@@ -1,0 +1,83 @@
+"""The counters of a training run and the arithmetic of its clocks, as pure functions.
+
+Units are agent steps summed over envs (one vector step of N envs is N agent steps), except
+``updates`` (gradient updates) and ``episodes`` (whole games).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+from vecdqn.config import Config
+
+__all__ = ["TrainState", "target_syncs_due", "updates_due"]
+
+
+def updates_due(step: int, num_envs: int, learn_from: int, train_frequency: int, updates_since: int) -> int:
+    """Gradient updates to run during the vector step that takes the count from ``step`` to
+    ``step + num_envs`` agent steps: one per ``train_frequency`` agent steps from ``learn_from``
+    on (the first at ``learn_from`` itself), less the ``updates_since`` already done since then.
+
+    >>> updates_due(96, 4, 100, 4, 0), updates_due(100, 4, 100, 4, 1), updates_due(104, 8, 100, 4, 2)
+    (1, 1, 2)
+    """
+    if step < learn_from:
+        return 0
+    return max((step + num_envs - learn_from) // train_frequency + 1 - updates_since, 0)
+
+
+def target_syncs_due(step: int, num_envs: int, next_sync: int, period: int) -> tuple[int, int]:
+    """``(syncs, next_sync)``: how many hard target syncs fall into the vector step that ends at
+    agent step ``step + num_envs``, and the agent step of the sync after them.
+
+    >>> target_syncs_due(96, 8, 100, 500), target_syncs_due(0, 8, 100, 500)
+    ((1, 600), (0, 100))
+    """
+    syncs = 0
+    while step + num_envs >= next_sync:
+        syncs += 1
+        next_sync += period
+    return syncs, next_sync
+
+
+@dataclass
+class TrainState:
+    """Every counter of a run, created once and saved whole in the checkpoint.
+
+    Units are agent steps summed over envs, except ``updates`` (gradient updates) and
+    ``episodes`` (whole games).
+    """
+
+    step: int = 0
+    updates: int = 0
+    learn_from: int = 0          # agent step of the first update (later after a resume without replay)
+    update_offset: int = 0       # updates done before learn_from
+    next_sync: int = 0           # agent step of the next target sync
+    next_log: int = 0
+    next_eval: float = math.inf
+    next_checkpoint: float = math.inf
+    episodes: int = 0
+    episode_history: list[tuple[float, float]] = field(default_factory=list)  # last 100 (return, frames)
+
+    @classmethod
+    def new(cls, c: Config) -> TrainState:
+        return cls(
+            learn_from=c.learning_starts, next_sync=c.learning_starts + c.target_update_frequency,
+            next_log=c.log_every, next_eval=c.eval_every or math.inf, next_checkpoint=c.checkpoint_every or math.inf,
+        )
+
+    def resumed(self, c: Config, *, with_replay: bool) -> TrainState:
+        """This state, continued under ``c``: the clocks restart from ``step`` with ``c``'s
+        periods; without a saved replay, learning waits for ``learning_starts`` fresh transitions."""
+        state = dataclasses.replace(
+            self, next_log=self.step + c.log_every,
+            next_eval=(self.step // c.eval_every + 1) * c.eval_every if c.eval_every else math.inf,
+            next_checkpoint=self.step + c.checkpoint_every if c.checkpoint_every else math.inf,
+        )
+        if not with_replay:
+            state.learn_from = self.step + c.learning_starts
+            state.update_offset = self.updates
+            state.next_sync = state.learn_from + c.target_update_frequency
+        return state
