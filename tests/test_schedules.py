@@ -60,7 +60,7 @@ def test_two_point_options_are_a_two_point_schedule():
     (["--epsilon-schedule", "100:1.0,50:0.1"], "must increase strictly"),
     (["--epsilon-schedule", "0:1.5"], "must be in [0, 1]"),
     (["--learning-rate-schedule", "0:0"], "must be positive"),
-    (["--per-beta-schedule", "-5:0.4"], "negative"),
+    (["--per-beta-schedule=-5:0.4"], "negative"),
 ])
 def test_bad_schedules_are_one_line_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as stop:

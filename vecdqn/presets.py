@@ -58,6 +58,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         train_frequency=2,
         batch_size=64,
         learning_rate=1.5e-4,
+        # One learner thread: with two, each update waits at OpenMP barriers whenever an env
+        # worker holds the other core, and an update then takes several times as long.
+        torch_threads=1,
         n_step=3,
         target_update_frequency=2_000,  # every 1,000 updates
         epsilon_start=1.0,

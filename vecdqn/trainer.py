@@ -38,6 +38,7 @@ import os
 import random
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -130,13 +131,16 @@ class Trainer:
             is reused and its global step continues.
         resume_dir: the run folder of ``resume_state``.
         handle_signals: install the SIGINT/SIGTERM handlers (main thread only).
+        on_step: called with the trainer after each vector step (after its logging), e.g. to
+            watch resources or to stop a test at a chosen moment.
 
     Raises:
         ConfigError: on a bad configuration, before any env worker starts.
     """
 
     def __init__(self, config: Config, *, progress: bool = True, resume_state: dict[str, Any] | None = None,
-                 resume_dir: str | os.PathLike[str] | None = None, handle_signals: bool = True):
+                 resume_dir: str | os.PathLike[str] | None = None, handle_signals: bool = True,
+                 on_step: Callable[[Trainer], None] | None = None):
         preflight(config, resuming=resume_state is not None)
         self.config = config
         self.progress = progress
@@ -149,6 +153,7 @@ class Trainer:
         self.logger: MetricsLogger | None = None
         self.worker_checkpoint: Path | None = None
         self.replay_note = "no saved replay"
+        self.on_step = on_step
         self.stop = StopSignals(handle_signals, say=lambda message: self.logger and self.logger.write(message))
 
     @property
@@ -257,6 +262,8 @@ class Trainer:
                 self.logger.learning_started(s.step)
             obs, actions = next_obs, self.agent.act(next_obs, self.schedules.epsilon(s.step))
             self._log()
+            if self.on_step is not None:
+                self.on_step(self)
             if s.step >= s.next_eval:
                 s.next_eval += c.eval_every
                 evaluate_and_log(self.agent.online, c, s.step, self.device, self.logger)

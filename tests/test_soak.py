@@ -1,0 +1,21 @@
+"""Soak: a 200,000-step Catch run whose memory and open files stay flat once the replay is full."""
+
+import pytest
+
+from vecdqn.benchmarks.soak import soak
+
+
+@pytest.mark.slow
+def test_a_long_run_does_not_leak_memory_or_files(tmp_path):
+    samples = soak(steps=200_000, every=10_000, buffer_size=10_000, log_dir=str(tmp_path))
+    assert len(samples) >= 15
+    rss = [s.rss for s in samples]
+    assert max(rss) <= 1.05 * min(rss), [round(r / 2**20) for r in rss]
+    assert len({s.fds for s in samples}) == 1, [s.fds for s in samples]
+    assert len({s.processes for s in samples}) == 1
+
+
+def test_the_soak_sampler_sees_the_workers(tmp_path):
+    samples = soak(steps=3_000, every=500, buffer_size=1_000, log_dir=str(tmp_path))
+    assert [s.step for s in samples][:2] == [2_000, 2_500] and all(s.processes == 5 for s in samples)
+    assert all(s.fds > 0 and s.rss > 0 for s in samples)

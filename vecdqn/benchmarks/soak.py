@@ -1,0 +1,100 @@
+"""``--soak``: a long Catch run that watches memory and open files for leaks.
+
+After the replay is full (its memory then stops growing by design), every ``--soak-every``
+agent steps the run samples the resident memory (RSS) of the trainer process plus its env
+workers, and the open file descriptors of the same processes. A leak in the workers, the
+TensorBoard writer, the checkpoints or the evaluation videos shows as RSS that keeps growing or
+descriptors that keep counting up. Rows: one per sample, ``value`` the RSS in MiB, ``note`` the
+descriptors; the last row's ``ratio`` is the largest RSS over the first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from dataclasses import dataclass, field
+
+from vecdqn.benchmarks.harness import Row
+
+__all__ = ["QUICK", "Sampler", "SoakSample", "add_arguments", "run", "soak"]
+
+# --quick: a short run (the numbers mean little)
+QUICK = {"soak_steps": 4_000, "soak_every": 1_000, "soak_buffer": 1_000}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("--soak section")
+    group.add_argument("--soak", action="store_true", help="a long Catch run, sampling RSS and open files")
+    group.add_argument("--soak-steps", type=int, default=200_000, help="agent steps of the run (default 200000)")
+    group.add_argument("--soak-every", type=int, default=10_000,
+                       help="sample every this many agent steps once the replay is full (default 10000)")
+    group.add_argument("--soak-buffer", type=int, default=10_000, help="replay capacity (default 10000)")
+
+
+@dataclass
+class SoakSample:
+    """One sample: agent step, RSS in bytes and open descriptors of the trainer and its workers."""
+
+    step: int
+    rss: int
+    fds: int
+    processes: int
+
+
+@dataclass
+class Sampler:
+    """Takes a `SoakSample` every ``every`` agent steps from agent step ``start`` on."""
+
+    every: int
+    start: int
+    samples: list[SoakSample] = field(default_factory=list)
+
+    def maybe_sample(self, step: int) -> None:
+        if step < self.start or (self.samples and step < self.samples[-1].step + self.every):
+            return
+        import psutil
+
+        main = psutil.Process()
+        processes = [main, *main.children(recursive=True)]
+        rss = fds = 0
+        for p in processes:
+            try:
+                rss += p.memory_info().rss
+                fds += p.num_fds()
+            except psutil.NoSuchProcess:
+                continue
+        self.samples.append(SoakSample(step, rss, fds, len(processes)))
+
+
+def soak(steps: int, every: int, buffer_size: int, log_dir: str) -> list[SoakSample]:
+    """Train Catch for ``steps`` agent steps (4 envs, evaluation with a video and a checkpoint
+    every 20,000 steps) and sample from the first step at which the replay is full.
+
+    The learner is kept light (one small update every 16 agent steps): the point is the
+    pipeline's memory and files over many steps, not learning.
+    """
+    from vecdqn.config import parse_args
+    from vecdqn.trainer import Trainer
+
+    config = parse_args([
+        "--preset", "catch", "--total-steps", str(steps), "--buffer-size", str(buffer_size),
+        "--learning-starts", "1000", "--train-frequency", "16", "--hidden-size", "32",
+        "--eval-every", "20000", "--eval-episodes", "2", "--checkpoint-every", "20000", "--log-every", "5000",
+        "--log-dir", log_dir, "--run-name", "soak",
+    ])
+    # The replay holds buffer_size frame slots: full after about that many agent steps.
+    sampler = Sampler(every, start=2 * buffer_size)
+    Trainer(config, progress=False, handle_signals=False, on_step=lambda t: sampler.maybe_sample(t.step)).run()
+    return sampler.samples
+
+
+def run(args: argparse.Namespace) -> list[Row]:
+    with tempfile.TemporaryDirectory() as log_dir:
+        samples = soak(args.soak_steps, args.soak_every, args.soak_buffer, log_dir)
+    first = samples[0].rss
+    rows = []
+    for s in samples:
+        rows.append({"bench": "soak", "impl": "vecdqn", "op": f"step {s.step}", "value": round(s.rss / 2**20, 1),
+                     "unit": "MiB RSS", "ratio": round(s.rss / first, 4),
+                     "note": f"{s.fds} open files in {s.processes} processes"})
+    return rows
