@@ -70,7 +70,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         log_every=5_000,
         checkpoint_every=25_000,
         keep_checkpoints=True,
-        eval_every=0,  # evaluate the kept checkpoints with scripts/evaluate.py instead
+        eval_every=50_000,  # 10 whole games, the evaluation protocol of scripts/evaluate.py
+        eval_episodes=10,
     ),
     # labml's annotated DQN experiment on Breakout (labml_nn.rl.dqn: dueling network, double-Q
     # Huber loss, prioritized replay, 8 worker processes), converted to agent steps: there one
