@@ -177,3 +177,21 @@ def test_killed_actor_is_restarted_and_the_run_finishes(tmp_path, local_ray):
     assert not thread.is_alive()
     assert 1_200 <= result["steps"] < 1_200 + 32 and result["actor_restarts"] == 1
     assert tags(result["run_dir"])["distributed/actor_restarts"][-1] == 1
+
+
+@pytest.mark.slow
+def test_catch_preset_learns_with_two_actors(tmp_path):
+    """``--preset catch --actors 2`` passes the single-process learning test's bounds: greedy
+    return >= 0.8 over 100 games and start-state Q-values within Catch's returns."""
+    pytest.importorskip("ray")
+    from test_learning import learned
+
+    from vecdqn.config import parse_args
+    from vecdqn.distributed.learner import DistributedTrainer
+
+    config = parse_args(["--preset", "catch", "--actors", "2", "--log-dir", str(tmp_path), "--seed", "1"])
+    trainer = DistributedTrainer(config, progress=False, handle_signals=False)
+    summary = trainer.run()
+    assert summary["steps"] >= 20_000
+    ok, mean_return, start_q = learned(trainer)
+    assert ok, (mean_return, start_q)
