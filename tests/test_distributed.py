@@ -175,7 +175,7 @@ def test_killed_actor_is_restarted_and_the_run_finishes(tmp_path, local_ray):
     os.kill(trainer.pool.pids()[1], signal.SIGKILL)
     thread.join(timeout=120)
     assert not thread.is_alive()
-    assert 1_200 <= result["steps"] < 1_200 + 32 and result["actor_restarts"] == 1
+    assert result["steps"] == 1_200 and result["actor_restarts"] == 1
     assert tags(result["run_dir"])["distributed/actor_restarts"][-1] == 1
 
 

@@ -119,6 +119,8 @@ class DistributedTrainer(Trainer):
         self.pool.fill()
         while s.step < c.total_steps:
             for block in self.pool.take(timeout=1.0):
+                if s.step >= c.total_steps:  # blocks beyond the run's length are left unread
+                    break
                 self._file(block)
             if clock["learning"] is None and s.updates > s.update_offset:
                 clock["learning"] = (time.perf_counter(), s.step)
