@@ -31,9 +31,13 @@ FORBIDDEN = {
     "catch": {"torch", "vecdqn.agent", "vecdqn.model", "vecdqn.replay", "vecdqn.trainer"},
     "safe_pickle": {"torch", "gymnasium", "ale_py", "cv2", "vecdqn"},
     "preflight": {"vecdqn.trainer", "vecdqn.cli", "vecdqn.metrics", "vecdqn.evaluation", "vecdqn.vector"},
-    "trainer": {"vecdqn.cli", "vecdqn.benchmarks"},
+    "trainer": {"vecdqn.cli", "vecdqn.benchmarks", "vecdqn.distributed", "ray"},
     "curves": {"torch", "matplotlib", "gymnasium", "vecdqn.trainer", "vecdqn.agent"},
     "cli": {"vecdqn.benchmarks"},
+    # Ray is optional: only the modules that need it import it, and the package itself does not.
+    "distributed/__init__": {"ray", "torch", "vecdqn.distributed.pool"},  # the learner: lazily, on use
+    "distributed/blocks": {"ray", "torch", "gymnasium", "vecdqn.agent", "vecdqn.trainer"},
+    "distributed/actor": {"vecdqn.agent", "vecdqn.trainer", "vecdqn.distributed.pool"},
 }
 
 

@@ -14,10 +14,32 @@ from vecdqn.vector import WorkerError
 __all__ = ["main"]
 
 
+def trainer_class(actors: int) -> type[Trainer]:
+    """`Trainer` for ``--actors 0``, else the distributed trainer.
+
+    Raises:
+        ImportError: ``actors > 0`` and Ray is not installed (one line: what to install).
+    """
+    if actors <= 0:
+        return Trainer
+    from vecdqn.distributed import require_ray
+
+    require_ray()
+    from vecdqn.distributed.learner import DistributedTrainer
+
+    return DistributedTrainer
+
+
+def saved_actors(path: str) -> int:
+    """``--actors`` of the run a checkpoint (file or run folder) belongs to (0 when it has none)."""
+    return int(checkpoint.load_training(checkpoint.resolve_checkpoint(path))["config"].get("actors") or 0)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry (``scripts/train.py``).
 
-    Exit codes: 0 done; 2 bad input (one line on stderr, nothing started); 130/143 stopped by
+    Exit codes: 0 done; 2 bad input or ``--actors`` without Ray installed (one line on stderr,
+    nothing started); 130/143 stopped by
     SIGINT/SIGTERM after a checkpoint; 1 a worker failure or non-finite loss (message on stderr).
     """
     argv = sys.argv[1:] if argv is None else argv
@@ -25,9 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if config.resume:
             given = explicit_options(build_parser(), argv) - {"resume"}
-            trainer = Trainer.from_checkpoint(config.resume, {k: getattr(config, k) for k in given})
+            actors = config.actors if "actors" in given else saved_actors(config.resume)
+            trainer = trainer_class(actors).from_checkpoint(config.resume, {k: getattr(config, k) for k in given})
         else:
-            trainer = Trainer(config)
+            trainer = trainer_class(config.actors)(config)
+    except ImportError as err:  # --actors without the ray extra
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except (ConfigError, checkpoint.CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

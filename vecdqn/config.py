@@ -191,6 +191,21 @@ class Config:
     eval_episodes: int = _f(5, "whole games per periodic evaluation")
     eval_epsilon: float = _f(0.001, "epsilon of the periodic evaluation")
 
+    # --- distributed actors (Ape-X, Horgan et al. 2018; needs the ray extra) -----------------
+    actors: int = _f(0, "Ray actor processes that play and feed the learner's replay (0: the single-process "
+                        "trainer with --num-envs envs; >= 1 needs pip install -e \".[ray]\")")
+    actor_envs: int = _f(2, "envs (worker processes) per actor; with --actors the replay holds --actors x "
+                            "--actor-envs env rings and --num-envs is not used")
+    ray_address: str = _f("", "Ray cluster to join ('auto': the one started by 'ray start --head' on this host, "
+                              "or host:port); empty: a local instance on 127.0.0.1 sized to this machine")
+    weight_sync_every: int = _f(100, "publish the learner's weights to the actors every this many gradient "
+                                     "updates (updates, not agent steps)")
+    apex_epsilon: float = _f(0.4, "base epsilon of the actors: actor i of N plays with epsilon^(1 + alpha*i/(N-1)) "
+                                  "(Horgan et al. 2018; replaces --epsilon-* with --actors)")
+    apex_alpha: float = _f(7.0, "exponent spread alpha of the actors' epsilons (Horgan et al. 2018 use 7)")
+    actor_block_steps: int = _f(32, "vector steps per block an actor ships (a block is this x --actor-envs "
+                                    "agent steps)")
+
     def validate(self) -> None:
         """Check every value that can be checked without starting an env.
 
@@ -278,12 +293,15 @@ class Config:
             )
         if self.n_step > MAX_N_STEP:
             raise ValueError(f"--n-step {self.n_step} is too long; use at most {MAX_N_STEP} (Rainbow uses 3)")
-        ring = self.buffer_size // self.num_envs
+        self._validate_actors()
+        envs, envs_said = ((self.actors * self.actor_envs, f"--actors {self.actors} x --actor-envs {self.actor_envs}")
+                           if self.actors else (self.num_envs, f"--num-envs {self.num_envs}"))
+        ring = self.buffer_size // envs
         if ring < 2 * self.frame_stack + self.n_step:
             raise ValueError(
-                f"--buffer-size {self.buffer_size} split over --num-envs {self.num_envs} leaves {ring} slots per env; "
+                f"--buffer-size {self.buffer_size} split over {envs_said} leaves {ring} slots per env; "
                 f"with --frame-stack {self.frame_stack} and --n-step {self.n_step} use at least "
-                f"{self.num_envs * (2 * self.frame_stack + self.n_step)}"
+                f"{envs * (2 * self.frame_stack + self.n_step)}"
             )
         if self.run_name and (
             self.run_name in (".", "..") or "/" in self.run_name or "\\" in self.run_name
@@ -297,6 +315,24 @@ class Config:
             raise ValueError(f"--device {self.device!r} is not one of auto, cpu, cuda, cuda:N, mps")
         if self.preset and self.preset not in PRESETS:
             raise ValueError(f"--preset {self.preset!r} is unknown; choose one of {sorted(PRESETS)}")
+
+    def _validate_actors(self) -> None:
+        """The distributed options (see `validate`)."""
+        if self.actors < 0:
+            raise ValueError(f"--actors {self.actors} must be >= 0 (0: the single-process trainer)")
+        for name in ("actor_envs", "weight_sync_every", "actor_block_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{option_flag(name)} {getattr(self, name)} must be a positive integer (>= 1)")
+        if not 0.0 <= self.apex_epsilon <= 1.0:
+            raise ValueError(f"--apex-epsilon {self.apex_epsilon} must be in [0, 1] (Horgan et al. 2018 use 0.4)")
+        if not (self.apex_alpha >= 0 and math.isfinite(self.apex_alpha)):
+            raise ValueError(f"--apex-alpha {self.apex_alpha} must be a finite number >= 0 (Horgan et al. 2018 "
+                             "use 7)")
+        if self.actors and self.save_replay:
+            raise ValueError("--save-replay is not supported with --actors: a resumed run's actors start fresh "
+                             "games and the replay refills for --learning-starts agent steps; drop --save-replay")
+        if self.actors and self.seed + self.actors * self.actor_envs > 2**32:
+            raise ValueError(f"--seed {self.seed} + --actors x --actor-envs exceeds 2**32; use a smaller seed")
 
     def schedule_points(self, quantity: str) -> list[tuple[float, float]]:
         """The ``(agent step, value)`` points of the ``"epsilon"``, ``"per_beta"`` or

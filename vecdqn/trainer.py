@@ -193,14 +193,7 @@ class Trainer:
             NonFiniteError: NaN/inf loss or Q-values (the last finite checkpoint is kept).
         """
         c = self.config
-        torch.set_num_threads(c.torch_threads or default_torch_threads(c.num_envs, device_type=self.device.type))
-        random.seed(c.seed)
-        np.random.seed(c.seed % 2**32)
-        torch.manual_seed(c.seed)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        checkpoint.remove_stale(self.run_dir / "checkpoints")
-        # On resume too: the file then shows the settings the run continues with.
-        (self.run_dir / "config.json").write_text(c.to_json())
+        self._start_run(c.torch_threads or default_torch_threads(c.num_envs, device_type=self.device.type))
         # Envs first: forked workers then do not inherit the replay's memory or torch's threads.
         self.envs = envs = WorkerGuard.start(c.env_id, c.num_envs, c.env_options(), c.worker_timeout)
         try:
@@ -221,21 +214,46 @@ class Trainer:
             if self.logger is not None:
                 self.logger.close()
 
+    def _start_run(self, threads: int) -> None:
+        """Torch threads, the seeds, the run folder and its ``config.json``."""
+        c = self.config
+        torch.set_num_threads(threads)
+        random.seed(c.seed)
+        np.random.seed(c.seed % 2**32)
+        torch.manual_seed(c.seed)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        checkpoint.remove_stale(self.run_dir / "checkpoints")
+        # On resume too: the file then shows the settings the run continues with.
+        (self.run_dir / "config.json").write_text(c.to_json())
+
     def _set_up(self, envs: WorkerGuard) -> tuple[np.ndarray, np.ndarray]:
         """Replay, agent, the resume state and the logger; returns the first obs and actions."""
         c = self.config
-        obs_shape = envs.single_observation_space.shape
+        self._set_up_learner(envs.single_observation_space.shape, int(envs.single_action_space.n))
+        start = self._restore(envs) if self.resume_state is not None else None
+        self._start_logger()
+        if start is not None:
+            return start
+        s = self.state
+        obs, _ = envs.reset(seed=c.seed if s.step == 0 else c.seed + s.step, step=s.step)
+        return obs, self.agent.act(obs, self.schedules.epsilon(s.step))
+
+    def _set_up_learner(self, obs_shape: tuple[int, ...], n_actions: int) -> None:
+        """The replay and the agent for observations ``obs_shape`` (``(S, H, W)``) and ``n_actions``."""
+        c = self.config
         self.buffer = PrioritizedReplayBuffer(
             c.buffer_size, obs_shape, alpha=c.per_alpha if c.per else 0.0, eps=c.per_eps, seed=c.seed,
             n_step=c.n_step, gamma=c.gamma,
         )
         self.agent = DQNAgent(
-            int(envs.single_action_space.n), obs_shape, self.device, learning_rate=self.schedules.learning_rate(0),
+            n_actions, obs_shape, self.device, learning_rate=self.schedules.learning_rate(0),
             adam_eps=c.adam_eps, max_grad_norm=c.max_grad_norm, double=c.double, dueling=c.dueling,
             hidden_size=c.hidden_size, seed=c.seed + 1, compile=c.compile,
         )
-        start = self._restore(envs) if self.resume_state is not None else None
-        s = self.state
+
+    def _start_logger(self) -> None:
+        """The `MetricsLogger`, continuing the counts of a resumed run (and saying so)."""
+        c, s = self.config, self.state
         self.logger = MetricsLogger(str(self.run_dir), c.to_dict(), c.total_steps, initial_step=s.step,
                                     progress=self.progress, episode_history=s.episode_history, episodes=s.episodes)
         if self.resume_state is not None:
@@ -243,10 +261,6 @@ class Trainer:
             if s.learn_from > s.step:
                 self.logger.write(f"{self.replay_note}: refilling the buffer for --learning-starts {c.learning_starts} "
                                   "agent steps before learning resumes")
-        if start is not None:
-            return start
-        obs, _ = envs.reset(seed=c.seed if s.step == 0 else c.seed + s.step, step=s.step)
-        return obs, self.agent.act(obs, self.schedules.epsilon(s.step))
 
     def _loop(self, envs: WorkerGuard, obs: np.ndarray, actions: np.ndarray) -> dict[str, Any]:
         """Until ``total_steps``: send the actions, learn while the workers emulate, store the
@@ -378,9 +392,9 @@ class Trainer:
             replay=self.buffer if self.config.save_replay and envs is not None else None,
         )
 
-    def _restore(self, envs: WorkerGuard) -> tuple[np.ndarray, np.ndarray] | None:
-        """Load the resume state into the agent, the `TrainState`, the RNGs, replay and envs;
-        returns the saved obs and actions if the envs are back in their saved games."""
+    def _restore(self, envs: WorkerGuard | None) -> tuple[np.ndarray, np.ndarray] | None:
+        """Load the resume state into the agent, the `TrainState`, the RNGs, replay and envs (if
+        given); returns the saved obs and actions if the envs are back in their saved games."""
         state = self.resume_state
         self.agent.load_state_dict(state["agent"])
         checkpoint.set_rng_states(state["rng"])
@@ -389,7 +403,7 @@ class Trainer:
             self.buffer = replay
         self.state = TrainState(**state["train_state"]).resumed(self.config, with_replay=replay is not None)
         saved_envs = state.get("envs")
-        if saved_envs is not None and envs.restore(saved_envs["snapshots"], self.state.step):
+        if saved_envs is not None and envs is not None and envs.restore(saved_envs["snapshots"], self.state.step):
             return saved_envs["obs"], saved_envs["actions"]
         return None
 

@@ -2,9 +2,9 @@
 command line over them.
 
 Sections: `env` (env pipelines), `replay` (the replay buffers), `learner` (`DQNAgent.update`),
-`train` (end-to-end training), `soak` (a long run watched for leaks). Each has
-``add_arguments(parser)`` (its flags, the section's own ``--<name>`` among them),
-``run(args) -> list[Row]`` and ``QUICK``, the sizes of ``--quick``.
+`train` (end-to-end training), `actors` (distributed actors feeding the learner), `soak` (a long
+run watched for leaks). Each has ``add_arguments(parser)`` (its flags, the section's own
+``--<name>`` among them), ``run(args) -> list[Row]`` and ``QUICK``, the sizes of ``--quick``.
 `harness` holds what they share; `baselines` the reference implementations they measure against.
 
 Method: every measured row is the median over ``--repeats`` rounds; within a round the
@@ -23,16 +23,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vecdqn.benchmarks import env, learner, replay, soak, train
+from vecdqn.benchmarks import actors, env, learner, replay, soak, train
 from vecdqn.benchmarks.harness import Row, print_table, write_json
 
 __all__ = ["QUICK", "SECTIONS", "Row", "run_sections"]
 
 # name -> its module, in the order sections run
-SECTIONS = {"env": env, "replay": replay, "learner": learner, "train": train, "soak": soak}
+SECTIONS = {"env": env, "replay": replay, "learner": learner, "train": train, "actors": actors, "soak": soak}
 
 # --quick: every section's smallest sizes, and one round
-QUICK = {"repeats": 1, **env.QUICK, **replay.QUICK, **learner.QUICK, **train.QUICK, **soak.QUICK}
+QUICK = {"repeats": 1, **env.QUICK, **replay.QUICK, **learner.QUICK, **train.QUICK, **actors.QUICK, **soak.QUICK}
 
 
 def run_sections(args: argparse.Namespace, names: list[str], json_path: Path | None = None) -> list[Row]:

@@ -136,8 +136,23 @@ class PrioritizedReplayBuffer(ReplayBase):
         with FrameStack data, plus one per episode), or None before the first ``add``."""
         return self._rings.written if self.n_envs is not None else None
 
+    def start_envs(self, n_envs: int) -> None:
+        """Fix N before the first ``add`` (which otherwise fixes it): needed when the first adds
+        bring only some envs' transitions (``add(..., envs=...)``).
+
+        Raises:
+            ValueError: N already fixed to another value, or a capacity too small for N envs.
+        """
+        n_envs = check_int("n_envs", n_envs, 1)
+        if self._nstep is not None:
+            if n_envs != self.n_envs:
+                raise ValueError(f"this buffer already stores {self.n_envs} envs, not {n_envs}")
+            return
+        self._rings.start(n_envs)
+        self._nstep = NStepAccumulator(n_envs, self.n_step, self.gamma)
+
     def add(self, obs: Any, actions: Any, rewards: Any, next_obs: Any, terminated: Any,
-            truncated: Any = None) -> np.ndarray:
+            truncated: Any = None, *, envs: Any = None) -> np.ndarray:
         """Store one vector step: N transitions ``(obs, actions, rewards, next_obs, terminated,
         truncated)``, one per env, in env order. One vectorized write for all envs.
 
@@ -151,6 +166,10 @@ class PrioritizedReplayBuffer(ReplayBase):
             terminated, truncated: ``(N,) bool``; truncated defaults to all False. The next
                 ``add``'s ``obs[i]`` after either is taken as a new episode's first observation.
             (A single env's transition may also be passed without the ``N`` axis.)
+            envs: ``(k,) int`` distinct env indices in ``[0, N)`` when this step brings only
+                those envs' transitions (each array above then has ``k`` rows, in this order;
+                fix N first with `start_envs`); each env's own transitions must still arrive in
+                order. None: all N envs.
 
         Returns:
             ``(N,) int64`` slots of the N new transitions; each becomes sampleable (with the
@@ -163,27 +182,28 @@ class PrioritizedReplayBuffer(ReplayBase):
         obs, actions, rewards, next_obs, terminated, truncated = check_batch(
             self.obs_shape, obs, actions, rewards, next_obs, terminated, truncated)
         n = obs.shape[0]
-        if self._nstep is None:
-            self._rings.start(n)
-            self._nstep = NStepAccumulator(n, self.n_step, self.gamma)
+        if envs is not None:
+            envs = self._check_envs(envs, n)
+        elif self._nstep is None:
+            self.start_envs(n)
         elif n != self.n_envs:
             raise ValueError(f"add() got {n} envs but this buffer stores {self.n_envs}; N is fixed by "
                              f"the first add()")
         done = terminated | truncated
-        write = self._rings.write(obs, next_obs, done)
+        write = self._rings.write(obs, next_obs, done, envs)
         slots = write.slots
         if self._actions.dtype == np.uint8 and (actions.min() < 0 or actions.max() > 255):
             self._actions = self._actions.astype(np.int64)  # once, for action spaces beyond uint8
         self._actions[slots] = actions
 
-        windows = self._nstep.push(slots, rewards, write.oldest, terminated, truncated)
+        windows = self._nstep.push(slots, rewards, write.oldest, terminated, truncated, envs)
         # In a small ring a window can outlive its first frames: drop it.
         intact = windows.oldest >= write.cut[windows.env]
         if not intact.all():
             windows = windows.select(intact)
         ready = windows.slots
         if ready.size:
-            base, ring = self._rings.env_base[windows.env], self._rings.ring
+            base, ring = slots[windows.env] - slots[windows.env] % self._rings.ring, self._rings.ring
             self._returns[ready] = windows.returns
             self._horizon[ready] = windows.horizon
             self._terminated[ready] = windows.terminated
@@ -196,6 +216,17 @@ class PrioritizedReplayBuffer(ReplayBase):
             np.concatenate([stale, ready]),
             np.concatenate([np.zeros(stale.size), np.full(ready.size, self.new_priority)])))
         return slots
+
+    def _check_envs(self, envs: Any, rows: int) -> np.ndarray:
+        """``envs`` as ``(rows,) int64`` distinct indices in ``[0, N)``; raises ValueError."""
+        if self._nstep is None:
+            raise ValueError("add(envs=...) needs N fixed first: call start_envs(N)")
+        idx = np.asarray(envs)
+        if idx.shape != (rows,) or not np.issubdtype(idx.dtype, np.integer):
+            raise ValueError(f"envs must be {rows} integer env indices (one per row), got {envs!r}")
+        if idx.min() < 0 or idx.max() >= self.n_envs or np.unique(idx).size != rows:
+            raise ValueError(f"envs {idx.tolist()} must be distinct env indices in [0, {self.n_envs})")
+        return idx.astype(np.int64)
 
     def _fetch(self, indices: np.ndarray, weights: np.ndarray) -> ReplaySample:
         obs, next_obs = self._rings.stacks(indices, self._next_offset[indices])

@@ -152,15 +152,16 @@ class FrameRings:
         same = _rows_equal(flat[:, :-f], np.tile(flat[:, -f:], self.stack - 1))
         return np.where(same, 1, self.stack)
 
-    def _lengths(self, obs: np.ndarray, next_obs: np.ndarray) -> tuple[np.ndarray, ...]:
+    def _lengths(self, obs: np.ndarray, next_obs: np.ndarray, envs: Any) -> tuple[np.ndarray, ...]:
         """``(cont, shift, obs_len, next_len)``, each ``(N,)``: obs continues env i's last frame
         (it equals the last next_obs and no episode ended); next_obs is obs shifted by one new
-        frame (FrameStack); the slots each stack takes (0 for a continuing obs, 1 for a shift)."""
+        frame (FrameStack); the slots each stack takes (0 for a continuing obs, 1 for a shift).
+        ``envs``: the envs of the rows (a slice or an index array)."""
         n, f = obs.shape[0], self._frame_size
         flat_obs, flat_next = obs.reshape(n, -1), next_obs.reshape(n, -1)
-        cont = self._has_prev & ~self._prev_done
+        cont = self._has_prev[envs] & ~self._prev_done[envs]
         if cont.any():
-            cont &= _rows_equal(flat_obs, self._last_next_obs.reshape(n, -1))
+            cont &= _rows_equal(flat_obs, self._last_next_obs[envs].reshape(n, -1))
         shift = _rows_equal(flat_next[:, :-f], flat_obs[:, f:])
         obs_len = np.zeros(n, dtype=np.int64)
         if not cont.all():
@@ -170,10 +171,10 @@ class FrameRings:
             next_len[~shift] = self._segment_length(flat_next[~shift])
         return cont, shift, obs_len, next_len
 
-    def _stale(self, length: np.ndarray) -> np.ndarray:
-        """Slots the next ``length`` writes per env overwrite, and the S - 1 after them whose
-        stacks reach back into them (only once the ring has wrapped: before, they are empty)."""
-        written, ring, base = self._written, self._ring, self.env_base
+    def _stale(self, length: np.ndarray, envs: Any) -> np.ndarray:
+        """Slots the next ``length`` writes per env of ``envs`` overwrite, and the S - 1 after them
+        whose stacks reach back into them (only once the ring has wrapped: before, they are empty)."""
+        written, ring, base = self._written[envs], self._ring, self.env_base[envs]
         reach = length + self.stack - 1
         if not (written + reach > ring).any():
             return np.zeros(0, dtype=np.int64)
@@ -182,17 +183,21 @@ class FrameRings:
         row, k = _ragged(reach)
         return base[row] + (written[row] + k) % ring
 
-    def write(self, obs: np.ndarray, next_obs: np.ndarray, done: np.ndarray) -> RingWrite:
+    def write(self, obs: np.ndarray, next_obs: np.ndarray, done: np.ndarray, envs: Any = None) -> RingWrite:
         """Store one step of N envs: ``obs, next_obs (N, S, H, W) uint8``, ``done (N,) bool``
-        (the step ended env i's episode: its next obs starts a new segment). Call `start` first."""
-        s, ring, base, written = self.stack, self._ring, self.env_base, self._written
-        cont, shift, obs_len, next_len = self._lengths(obs, next_obs)
+        (the step ended env i's episode: its next obs starts a new segment). Call `start` first.
+
+        ``envs``: ``(k,) int64`` distinct envs whose rings the ``k`` rows go to (every env in order
+        when None); the `RingWrite` fields are then per row."""
+        envs = slice(None) if envs is None else envs
+        s, ring, base, written = self.stack, self._ring, self.env_base[envs], self._written[envs]
+        cont, shift, obs_len, next_len = self._lengths(obs, next_obs, envs)
         length = obs_len + next_len
         position = np.where(cont, written - 1, written + obs_len - 1)  # of the transition's slot
         next_local = (written + length - 1) % ring
         # The oldest position its observation reads: S - 1 back, or its segment's start.
-        oldest = np.maximum(position - (s - 1), np.where(cont, self._segment, written))
-        stale = self._stale(length)
+        oldest = np.maximum(position - (s - 1), np.where(cont, self._segment[envs], written))
+        stale = self._stale(length, envs)
 
         if cont.all() and shift.all():  # FrameStack steady state: one frame per env
             self._frames[base + next_local] = next_obs[:, -1]
@@ -209,13 +214,14 @@ class FrameRings:
             self._frames[dst[~from_obs]] = next_obs[row[~from_obs], pos[~from_obs]]
             self._start[dst] = ((k == 0) & (first > 0)) | ((k == first) & ~shift[row])
 
-        self._segment = np.where(shift, np.where(cont, self._segment, written), written + obs_len)
-        self._last_next_obs[...] = next_obs
-        self._prev_done = done
-        self._has_prev[:] = True
-        self._written = written + length
+        self._segment[envs] = np.where(shift, np.where(cont, self._segment[envs], written), written + obs_len)
+        self._last_next_obs[envs] = next_obs
+        self._prev_done[envs] = done
+        self._has_prev[envs] = True
+        after = written + length  # (``written`` may be a view of ``_written``: computed first)
+        self._written[envs] = after
         return RingWrite(slots=base + position % ring, next_local=next_local, oldest=oldest,
-                         cut=self._written - ring, stale=stale)
+                         cut=after - ring, stale=stale)
 
     def _stack_slots(self, base: np.ndarray, local: np.ndarray) -> np.ndarray:
         """``(M,) env ring starts, (M,) ring positions -> (M, S) int64`` slots of the stacked

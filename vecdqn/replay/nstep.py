@@ -31,7 +31,7 @@ class NStepWindows(NamedTuple):
     """The ``M`` transitions whose n-step window completed at one `NStepAccumulator.push`, in
     env order, oldest first within an env. Every field is ``(M,)``::
 
-        env         int64     env index
+        env         int64     env index (the row of the push, when it pushed a subset)
         slots       int64     the slot pushed with the transition, unchanged
         oldest      int64     the position pushed with it, unchanged
         returns     float64   Σ_{k<h} γ^k r_{t+k}
@@ -110,7 +110,7 @@ class NStepAccumulator:
         """``(N,) int64``: transitions waiting in each env's queue (at most ``n - 1``)."""
         return self._len.copy()
 
-    def push(self, slots, rewards, oldest, terminated, truncated) -> NStepWindows:
+    def push(self, slots, rewards, oldest, terminated, truncated, envs=None) -> NStepWindows:
         """Append one step per env and return the windows it completes.
 
         Args:
@@ -118,12 +118,15 @@ class NStepAccumulator:
             rewards: ``(N,) float64`` its reward r_t.
             oldest: ``(N,) int64`` the first ring position its observation reads.
             terminated, truncated: ``(N,) bool``: the step ended env i's episode.
+            envs: ``(k,) int64`` distinct envs the ``k`` rows belong to, when the step is only
+                theirs (every arg above is then ``(k,)``); None: all N envs, in order.
 
         Returns:
-            `NStepWindows` of the complete windows (``M`` of them, possibly none).
+            `NStepWindows` of the complete windows (``M`` of them, possibly none); their ``env``
+            is the row of this push (the env itself when ``envs`` is None).
         """
-        envs = np.arange(self.n_envs)
-        queued = self._len
+        envs = np.arange(self.n_envs) if envs is None else np.asarray(envs, dtype=np.int64)
+        queued = self._len[envs]
         self._slot[envs, queued] = slots
         self._reward[envs, queued] = rewards
         self._oldest[envs, queued] = oldest
@@ -133,14 +136,15 @@ class NStepAccumulator:
         live = self._positions < queued[:, None]
         full = ~done & (queued == self.n_step)
         complete = (done[:, None] & live) | (full[:, None] & (self._positions == 0))
-        env, pos = np.nonzero(complete)
+        row, pos = np.nonzero(complete)
+        env = envs[row]
         returns = np.zeros(0)
-        if env.size:
-            returns = (np.where(live, self._reward, 0.0) @ self._return_matrix.T)[env, pos]
-        windows = NStepWindows(env=env, slots=self._slot[env, pos], oldest=self._oldest[env, pos],
-                               returns=returns, horizon=queued[env] - pos, terminated=terminated[env])
+        if row.size:
+            returns = (np.where(live, self._reward[envs], 0.0) @ self._return_matrix.T)[row, pos]
+        windows = NStepWindows(env=row, slots=self._slot[env, pos], oldest=self._oldest[env, pos],
+                               returns=returns, horizon=queued[row] - pos, terminated=terminated[row])
         if full.any():  # the complete window leaves from the front
             for queue in (self._slot, self._reward, self._oldest):
-                queue[full, :-1] = queue[full, 1:]
-        self._len = np.where(done, 0, np.where(full, queued - 1, queued))
+                queue[envs[full], :-1] = queue[envs[full], 1:]
+        self._len[envs] = np.where(done, 0, np.where(full, queued - 1, queued))
         return windows

@@ -1,0 +1,103 @@
+"""``--actors``: agent steps/s reaching the replay, and learner updates/s, with 1, 2 and 4 Ray
+actors (`vecdqn.distributed`) on Catch, next to the single-process trainer (the anchor).
+
+Each impl is a real training run of ``--actors-steps`` agent steps after
+``--actors-learning-starts``, timed from its first update (``learning_sps`` of the summary);
+updates/s is the measured update count over the same time. One local Ray instance serves every
+distributed run (its ~10 s start is not timed; each run's actors start within it). Needs the
+ray extra; without it the section prints one line and returns no rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+
+from vecdqn.benchmarks.harness import Row, interleaved
+
+__all__ = ["QUICK", "add_arguments", "run"]
+
+# --quick: the smallest sizes, for a smoke run (the numbers mean little)
+QUICK = {"actors_steps": 512, "actors_learning_starts": 256, "actors_counts": "1,2"}
+
+ENV = "vecdqn/Catch-v0"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("--actors section")
+    group.add_argument("--actors", action="store_true", help="benchmark distributed actors feeding the learner")
+    group.add_argument("--actors-steps", type=int, default=4096,
+                       help="agent steps measured after learning starts (default 4096)")
+    group.add_argument("--actors-learning-starts", type=int, default=1024,
+                       help="agent steps collected before the measured part (default 1024)")
+    group.add_argument("--actors-counts", default="1,2,4", help="actor counts to compare (default 1,2,4)")
+    group.add_argument("--actors-envs", type=int, default=2, help="envs per actor, and of the trainer (default 2)")
+
+
+def _flags(args: argparse.Namespace, log_dir: str) -> list[str]:
+    return ["--preset", "catch", "--log-dir", log_dir, "--total-steps",
+            str(args.actors_learning_starts + args.actors_steps), "--learning-starts", str(args.actors_learning_starts),
+            "--log-every", "100000", "--num-envs", str(args.actors_envs), "--actor-envs", str(args.actors_envs)]
+
+
+def measure(args: argparse.Namespace, actors: int) -> tuple[float, float]:
+    """``(agent steps/s, updates/s)`` of one run from its first update on (0 actors: `Trainer`)."""
+    from vecdqn.config import parse_args
+    from vecdqn.trainer import Trainer
+
+    with tempfile.TemporaryDirectory() as log_dir:
+        config = parse_args([*_flags(args, log_dir), "--actors", str(actors)])
+        if actors:
+            from vecdqn.distributed.learner import DistributedTrainer
+
+            trainer = DistributedTrainer(config, progress=False, handle_signals=False)
+        else:
+            trainer = Trainer(config, progress=False, handle_signals=False)
+        start = time.perf_counter()
+        summary = trainer.run()
+        elapsed = time.perf_counter() - start
+    sps = summary["learning_sps"]
+    learning_steps = summary["steps"] - config.learning_starts
+    seconds = learning_steps / sps if sps > 0 else elapsed
+    return sps, summary["updates"] / seconds
+
+
+def run(args: argparse.Namespace) -> list[Row]:
+    """The section's rows: one per actor count and the single-process trainer, each with its
+    agent steps/s (ratio to the trainer) and updates/s."""
+    try:
+        import ray
+
+        from vecdqn.distributed.pool import start_ray
+    except ImportError:
+        print('--actors: skipped, the ray package is not installed (pip install -e ".[ray]")')
+        return []
+    counts = [int(n) for n in str(args.actors_counts).split(",")]
+    print(f"timing {ENV} with 0 (trainer), {', '.join(map(str, counts))} actors x {args.actors_envs} envs "
+          f"({args.actors_steps} agent steps after {args.actors_learning_starts}) ...", flush=True)
+    owns = start_ray("", max(counts))
+    updates: dict[str, list[float]] = {}
+
+    def candidate(name: str, actors: int):
+        def call() -> float:
+            sps, ups = measure(args, actors)
+            updates.setdefault(name, []).append(ups)
+            return sps
+        return call
+
+    try:
+        candidates = {"trainer": candidate("trainer", 0),
+                      **{f"actors_{n}": candidate(f"actors_{n}", n) for n in counts}}
+        result = interleaved(args.repeats, candidates, anchor="trainer")
+    finally:
+        if owns:
+            ray.shutdown()
+    rows: list[Row] = []
+    for name, (value, ratio) in result.items():
+        envs = args.actors_envs * (int(name.split("_")[1]) if name != "trainer" else 1)
+        ups = sorted(updates[name])[len(updates[name]) // 2]
+        rows.append({"bench": "actors", "impl": name, "num_envs": envs, "value": value, "unit": "steps/s",
+                     "ratio": ratio, "anchor": "trainer", "note": f"{ups:.1f} updates/s", "updates_per_s": ups})
+    print()
+    return rows

@@ -1,0 +1,167 @@
+"""The Ray side of the learner: a local or joined Ray instance (`start_ray`) and the actors with
+their bounded queue of block requests (`ActorPool`).
+
+**Backpressure.** Each actor has at most ``in_flight`` block requests outstanding (2 by
+default: one it plays, one queued behind it, so it never waits for the learner's round trip).
+A finished block waits in Ray's object store until the learner takes it; the learner asks an
+actor for a new block only after taking one of its finished ones. So when the learner falls
+behind, the actors stop (idle) after ``in_flight`` blocks each: nothing is dropped, and the
+object store holds at most ``A · in_flight`` blocks (``A·in_flight·T·K`` frames).
+
+**Restarts.** Actors are created with ``max_restarts=-1``: when an actor's process dies (killed,
+out of memory), Ray starts a new one from the same constructor arguments (fresh games). Its
+outstanding requests fail with ``RayActorError``; the pool logs one line, counts the restart
+(``restarts``, once per death), drops that actor's other requests, tells the learner
+(``on_restart``) and asks the new process for blocks (requests that fail while it restarts
+are retried every 0.5 s without counting again).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError
+
+from vecdqn.config import Config
+from vecdqn.distributed.actor import Actor, apex_epsilons
+from vecdqn.distributed.blocks import Block
+
+__all__ = ["ActorPool", "start_ray"]
+
+
+def start_ray(address: str, actors: int) -> bool:
+    """Connect to Ray: ``address`` (``"auto"`` or ``host:port``) joins a running cluster; empty
+    starts a local instance listening on 127.0.0.1 only, without the dashboard, with at least one
+    CPU per actor (actors oversubscribe a small machine rather than wait to be scheduled).
+
+    Returns:
+        True when this call connected (the caller calls ``ray.shutdown()`` at the end, which
+        also stops a local instance); False when Ray was already initialized in this process.
+
+    Raises:
+        ConnectionError: no cluster at ``address`` (from Ray).
+    """
+    if ray.is_initialized():
+        return False
+    if address:
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+    else:
+        ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=max(os.cpu_count() or 1, actors),
+                 log_to_driver=False, logging_level=logging.WARNING)
+    return True
+
+
+class ActorPool:
+    """``A`` Ray actors (`Actor`, one process each) and their outstanding block requests.
+
+    Args:
+        config: the run's configuration (``actors``, ``actor_envs``, ``apex_epsilon``,
+            ``apex_alpha``, ``actor_block_steps``).
+        n_actions, obs_shape: ``A`` actions and ``(S, H, W)``.
+        seed: actor ``i``'s env ``k`` is seeded ``seed + i·K + k``.
+        on_restart: called with an actor's index when its process died.
+        log: prints one line.
+        in_flight: block requests outstanding per actor (see the module's "Backpressure").
+    """
+
+    def __init__(self, config: Config, n_actions: int, obs_shape: tuple[int, int, int], seed: int, *,
+                 on_restart: Callable[[int], None] = lambda actor: None, log: Callable[[str], None] = print,
+                 in_flight: int = 2):
+        c = self.config = config
+        remote = ray.remote(Actor).options(num_cpus=1, max_restarts=-1, max_task_retries=0)
+        self.epsilons = apex_epsilons(c.actors, c.apex_epsilon, c.apex_alpha)
+        self.handles = [remote.remote(i, c, eps, seed + i * c.actor_envs, n_actions, obs_shape)
+                        for i, eps in enumerate(self.epsilons)]
+        self.on_restart, self.log, self.in_flight = on_restart, log, in_flight
+        self.requests: list[collections.deque[Any]] = [collections.deque() for _ in self.handles]
+        self.restarts = 0
+        self.restarting: set[int] = set()  # actors whose new process has not delivered a block yet
+        self._retry_at = [0.0] * len(self.handles)  # monotonic time before which a restarting actor is not asked
+        self.version, self.weights = -1, None
+        self.versions = [-1] * len(self.handles)  # weights version of each actor's latest block
+
+    def publish(self, version: int, state_dict: dict[str, Any]) -> None:
+        """Put the weights (``{name: tensor}``) into the object store once, as NumPy arrays that
+        every actor on a node reads without a copy; the next requests carry their reference."""
+        self.weights = [ray.put({name: value.detach().cpu().numpy() for name, value in state_dict.items()})]
+        self.version = version
+
+    def fill(self) -> None:
+        """Top every actor up to ``in_flight`` outstanding requests."""
+        steps, now = self.config.actor_block_steps, time.monotonic()
+        for handle, queue, retry_at in zip(self.handles, self.requests, self._retry_at):
+            while len(queue) < self.in_flight and now >= retry_at:
+                queue.append(handle.collect.remote(steps, self.version, self.weights))
+
+    def take(self, timeout: float) -> list[Block]:
+        """The finished blocks at the head of each actor's queue, in each actor's order, waiting
+        up to ``timeout`` seconds for the first; then tops the queues up again (`fill`).
+
+        Raises:
+            ray.exceptions.RayTaskError: an actor's ``collect`` raised (e.g. its env worker
+                failed): the run stops with that error.
+        """
+        heads = [queue[0] for queue in self.requests if queue]
+        if not heads:
+            self.fill()
+            return []
+        ready, _ = ray.wait(heads, num_returns=1, timeout=timeout)
+        if not ready:
+            return []
+        blocks = []
+        for actor, queue in enumerate(self.requests):
+            while queue:
+                finished, _ = ray.wait([queue[0]], timeout=0)
+                if not finished:
+                    break
+                try:
+                    block = ray.get(queue.popleft())
+                except RayActorError as err:
+                    self._restarted(actor, err)
+                    break
+                self.restarting.discard(actor)
+                self.versions[actor] = block.weights_version
+                blocks.append(block)
+        self.fill()
+        return blocks
+
+    def _restarted(self, actor: int, err: RayActorError) -> None:
+        """One line, one count per death; the dead process's other requests are dropped (they
+        fail too), and requests that fail while Ray restarts it are retried every 0.5 s."""
+        self.requests[actor].clear()
+        self._retry_at[actor] = time.monotonic() + 0.5
+        if actor in self.restarting:
+            return
+        self.restarting.add(actor)
+        self.restarts += 1
+        reason = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
+        self.log(f"actor {actor} died ({type(err).__name__}: {reason}); Ray restarts it with fresh games "
+                 f"(restart {self.restarts} of this run)")
+        self.on_restart(actor)
+
+    def pids(self, timeout: float = 30.0) -> list[int]:
+        """Each actor's process id."""
+        return ray.get([handle.pid.remote() for handle in self.handles], timeout=timeout)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the actors' env workers politely (up to ``timeout`` seconds), then the actors."""
+        for queue in self.requests:
+            for request in queue:
+                try:
+                    ray.cancel(request, force=False)
+                except Exception:  # noqa: BLE001 - already finished, or its actor is gone
+                    pass
+            queue.clear()
+        try:
+            ray.get([handle.close.remote() for handle in self.handles], timeout=timeout)
+        except Exception:  # noqa: BLE001 - a dead or hung actor: killed below either way
+            pass
+        for handle in self.handles:
+            ray.kill(handle, no_restart=True)
+
