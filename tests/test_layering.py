@@ -30,6 +30,9 @@ FORBIDDEN = {
     "trainer": {"vecdqn.cli", "vecdqn.benchmarks"},
     "curves": {"torch", "matplotlib", "gymnasium", "vecdqn.trainer", "vecdqn.agent"},
     "cli": {"vecdqn.benchmarks"},
+    "staging": {"gymnasium", "ale_py", "cv2", "vecdqn"},
+    "device_replay": {"gymnasium", "ale_py", "cv2", "vecdqn.agent", "vecdqn.trainer", "vecdqn.vector"},
+    "pipeline": {"gymnasium", "ale_py", "cv2", "vecdqn.trainer", "vecdqn.vector", "vecdqn.metrics"},
 }
 
 
