@@ -247,3 +247,19 @@ def test_replay_device_cuda_refused_without_cuda(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == "error: --replay-device cuda was asked for but CUDA is not available; use --replay-device cpu " \
                   "or auto\n"
+
+
+# -- does it still learn? ------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("options", [["--prefetch"], ["--amp", "bf16"], ["--prefetch", "--replay-device", "cpu"]])
+def test_catch_preset_learns_on_the_fast_path(tmp_path, options):
+    """The Catch learning test of test_learning.py with priorities one update late, with bf16
+    autocast (on the CPU), and with batches gathered from a device copy of the frames. Slow: the
+    CPU run takes minutes."""
+    from test_learning import learned, preset
+
+    trainer = Trainer(preset(tmp_path, *options), progress=False, handle_signals=False)
+    summary = trainer.run()
+    assert summary["mean_return"] >= 0.8, summary
+    ok, mean_return, start_q = learned(trainer)
+    assert ok, (mean_return, start_q)

@@ -67,8 +67,9 @@ class LearnerPipeline:
         self._pending: tuple[np.ndarray, PendingUpdate] | None = None  # indices and results of the last update
 
     # -- host side (the sample thread in prefetch mode) ---------------------------------------------
-    def _draw(self, beta: float) -> Draw:
-        """Sample a batch and stage it on the host: pinned tensors on CUDA."""
+    def draw(self, beta: float) -> Draw:
+        """Sample a batch and stage it on the host (pinned tensors on CUDA): what the sample thread
+        does. Returns ``(indices (B,) int64, the staged batch)``."""
         if self.frames is not None:
             sample = self.buffer.sample_slots(self.batch_size, beta)
             return sample.indices, self.frames.stage(sample)
@@ -95,7 +96,7 @@ class LearnerPipeline:
             TD errors; the caller checks the metrics for NaN.
         """
         if not self.prefetch:
-            indices, staged = self._draw(beta)
+            indices, staged = self.draw(beta)
             metrics, td_errors = self.agent.update_async(self._to_device(staged)).result()
             self._write(indices, td_errors)
             return metrics
@@ -104,10 +105,10 @@ class LearnerPipeline:
         if self._pin:  # queue update k first: the device works while the host writes back
             pending = self.agent.update_async(batch)
             metrics = self.flush()
-            self._next = self._executor.submit(self._draw, beta)
+            self._next = self._executor.submit(self.draw, beta)
         else:  # the update holds this thread: start the next draw before it
             metrics = self.flush()
-            self._next = self._executor.submit(self._draw, beta)
+            self._next = self._executor.submit(self.draw, beta)
             pending = self.agent.update_async(batch)
         self._pending = (indices, pending)
         return metrics
@@ -148,7 +149,7 @@ class LearnerPipeline:
     def _take(self, beta: float) -> Draw:
         """The prefetched batch, or one drawn now if none is."""
         self.drain()
-        drawn = self._next if self._next is not None else self._draw(beta)
+        drawn = self._next if self._next is not None else self.draw(beta)
         self._next = None
         return drawn
 
