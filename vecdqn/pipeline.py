@@ -81,10 +81,11 @@ class LearnerPipeline:
 
     def _to_device(self, staged: Any) -> DeviceBatch:
         """The staged batch as a `DeviceBatch` on the learner's device (main thread)."""
-        if isinstance(staged, dict):
+        if isinstance(staged, dict):  # slots and fields from `DeviceFrames.stage`
             return self.frames.batch(staged, self.agent.device)
-        return staged if isinstance(staged, DeviceBatch) and staged.obs.device == self.agent.device \
-            else self.agent.stage(staged)
+        if isinstance(staged, DeviceBatch) and staged.obs.device == self.agent.device:  # gathered by `drain`
+            return staged
+        return self.agent.stage(staged)  # a ReplaySample, or pinned tensors
 
     # -- the loop --------------------------------------------------------------------------------
     def update(self, beta: float) -> dict[str, float] | None:

@@ -115,7 +115,7 @@ def loop_rows(args: argparse.Namespace, batch: int, device: str, threads: int, s
                      "of sample + update",
         "loop_prefetch": f"hides {statistics.median(hidden):.0%} of the sample time",
     }
-    return [{"bench": "learner_loop", "impl": name, "batch_size": batch, "capacity": args.loop_capacity,
+    return [{"bench": "learner", "op": "loop", "impl": name, "batch_size": batch, "capacity": args.loop_capacity,
              "value": statistics.median(v), "unit": "ms/update",
              "ratio": statistics.median(x / m for x, m in zip(v, bound, strict=True)),
              "anchor": "max(sample, update)",
