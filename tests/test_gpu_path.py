@@ -251,7 +251,8 @@ def test_replay_device_cuda_refused_without_cuda(tmp_path, capsys):
 
 # -- does it still learn? ------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.parametrize("options", [["--prefetch"], ["--amp", "bf16"], ["--prefetch", "--replay-device", "cpu"]])
+@pytest.mark.parametrize("options", [["--prefetch"], ["--amp", "bf16"], ["--prefetch", "--replay-device", "cpu"]],
+                         ids=["prefetch", "bf16", "prefetch-device-frames"])
 def test_catch_preset_learns_on_the_fast_path(tmp_path, options):
     """The Catch learning test of test_learning.py with priorities one update late, with bf16
     autocast (on the CPU), and with batches gathered from a device copy of the frames. Slow: the
