@@ -83,7 +83,7 @@ else
   echo '{"step": "pong", "skipped": "this version has no --preset pong"}' >> "$STEPS"
   PONG=
 fi
-step tests 150 python3 -m pytest -q -p no:cacheprovider tests/test_gpu_path.py -k cuda -rs
+step tests 230 python3 -m pytest -q -p no:cacheprovider tests/test_gpu_path.py -k cuda -rs
 [ -n "$PONG" ] && wait "$PONG"
 
 # -- summary ------------------------------------------------------------------------------------

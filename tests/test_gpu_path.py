@@ -220,12 +220,16 @@ def test_cuda_graph_update_matches_eager(amp):
 
 
 # -- the trainer and its options -------------------------------------------------------------------
-def test_trainer_runs_with_prefetch_and_device_frames(tmp_path):
-    config = catch_config(tmp_path, total_steps=300, run_name="run", prefetch=True, replay_device="cpu")
+@pytest.mark.parametrize("device", DEVICES)
+def test_trainer_runs_with_prefetch_and_device_frames(tmp_path, device):
+    """A short Catch run on the fast path: on CUDA every option at once (CUDA graphs, bf16)."""
+    options = {"compile": True, "amp": "bf16"} if device == "cuda" else {}
+    config = catch_config(tmp_path, total_steps=300, run_name="run", prefetch=True, replay_device=device,
+                          device=device, **options)
     trainer = Trainer(config, progress=False, handle_signals=False)
     summary = trainer.run()
     assert summary["updates"] == 51 and trainer.pipeline.prefetch and trainer.pipeline.frames is not None
-    np.testing.assert_array_equal(trainer.pipeline.frames.frames.numpy(), trainer.buffer.frames)
+    np.testing.assert_array_equal(trainer.pipeline.frames.frames.cpu().numpy(), trainer.buffer.frames)
 
 
 @pytest.mark.parametrize("argv, message", [

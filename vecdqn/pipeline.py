@@ -142,10 +142,10 @@ class LearnerPipeline:
             self._next = (indices, self._to_device(staged) if self.frames is not None else staged)
 
     def close(self) -> None:
-        """Finish the draw in progress and stop the sample thread."""
+        """Stop the sample thread once the draw in progress is done (its result, or error, is
+        dropped: close runs on the way out, also after another error)."""
         if self._executor is not None:
-            self.drain()
-            self._executor.shutdown()
+            self._executor.shutdown(wait=True)
 
     def _take(self, beta: float) -> Draw:
         """The prefetched batch, or one drawn now if none is."""
