@@ -221,12 +221,14 @@ class DQNAgent:
                 values[name] = value.to(self.device, dtype, non_blocking=True)
             else:
                 values[name] = self.to_device(np.asarray(value, dtype=np_dtype))
-        staged = DeviceBatch(**values)
-        obs, b = staged.obs, staged.obs.shape[0]
+        return DeviceBatch(**values)
+
+    def _check(self, batch: DeviceBatch) -> None:
+        """The learner's boundary: shapes and dtypes as `DeviceBatch` states them."""
+        obs, b = batch.obs, batch.obs.shape[0]
         assert obs.shape[1:] == self.obs_shape and obs.dtype == torch.uint8, (obs.shape, obs.dtype)
-        assert staged.next_obs.shape == obs.shape, (staged.next_obs.shape, obs.shape)
-        assert all(t.shape == (b,) for t in staged[2:]), [tuple(t.shape) for t in staged[2:]]
-        return staged
+        assert batch.next_obs.shape == obs.shape and batch.next_obs.dtype == torch.uint8, batch.next_obs.shape
+        assert all(t.shape == (b,) for t in batch[2:]), [tuple(t.shape) for t in batch[2:]]
 
     def loss_terms(self, obs: torch.Tensor, next_obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
                    discounts: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -262,6 +264,7 @@ class DQNAgent:
             a `PendingUpdate`; its ``result()`` is ``(metrics, td_errors)``, as `update` returns.
         """
         staged = batch if isinstance(batch, DeviceBatch) else self.stage(batch)
+        self._check(staged)
         if self.cuda_graphs:
             staged = self._into_static(staged)
             torch.compiler.cudagraph_mark_step_begin()  # the graphs' earlier outputs may be reused
