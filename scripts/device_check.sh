@@ -11,8 +11,9 @@
 #   2. benchmark.py --learner at B = 32 and 256 (+ the learner-loop rows at B = 32): plain,
 #      --compile (CUDA graphs), --amp bf16                                   learner_*.json
 #   3. benchmark.py --train with 16 envs: the defaults, and --replay-device cuda   train.json
-#   4. a 4-minute --preset pong --device cuda run (if this version has the preset), and meanwhile
-#      the CUDA-parametrized tests (tests/test_gpu_path.py -k cuda)         pong_curve.json, tests.log
+#   4. a --preset pong --device cuda run for what is left of the 8 minutes, at most 250 s (if this
+#      version has the preset), and meanwhile the CUDA-parametrized tests
+#      (tests/test_gpu_path.py -k cuda)                                      pong_curve.json, tests.log
 #
 # Dependencies: PyTorch, numpy, opencv, tensorboard and tqdm are expected installed. What is
 # missing of gymnasium, ale-py, pytest and hypothesis is installed from the wheels in .whl/ at the
@@ -68,22 +69,28 @@ LEARNER=(python3 scripts/benchmark.py --learner --device cuda --learner-batches 
          --learner-seconds 1.5 --repeats 1 --num-envs 16)
 step learner_plain 60 "${LEARNER[@]}" --json "$OUT/learner_plain.json"
 step learner_bf16 60 "${LEARNER[@]}" --amp bf16 --json "$OUT/learner_bf16.json"
-step learner_compile 110 "${LEARNER[@]}" --compile --json "$OUT/learner_compile.json"
+step learner_compile 130 "${LEARNER[@]}" --compile --json "$OUT/learner_compile.json"
 
 # -- 3. end to end ------------------------------------------------------------------------------
 step train 100 python3 scripts/benchmark.py --train --device cuda --num-envs 16 --repeats 1 \
   --replay-device cuda --json "$OUT/train.json"
 
 # -- 4. Pong for 4 minutes, the CUDA tests beside it --------------------------------------------
-if python3 scripts/train.py --help 2>/dev/null | grep -q '^  pong:'; then
-  step pong 250 python3 scripts/train.py --preset pong --device cuda --log-dir "$OUT/runs" --run-name pong \
+# Whatever is left of the 8 minutes (less 15 s for the summary), at most 250 s: a ~4-minute run.
+LEFT=$(( 465 - ($(date +%s) - START) ))
+LEFT=$(( LEFT > 250 ? 250 : LEFT ))
+if [ "$LEFT" -lt 60 ]; then
+  echo "{\"step\": \"pong\", \"skipped\": \"only ${LEFT}s left\"}" >> "$STEPS"
+  PONG=
+elif python3 scripts/train.py --help 2>/dev/null | grep -q '^  pong:'; then
+  step pong "$LEFT" python3 scripts/train.py --preset pong --device cuda --log-dir "$OUT/runs" --run-name pong \
     --checkpoint-every 0 --eval-every 0 &
   PONG=$!
 else
   echo '{"step": "pong", "skipped": "this version has no --preset pong"}' >> "$STEPS"
   PONG=
 fi
-step tests 230 python3 -m pytest -q -p no:cacheprovider tests/test_gpu_path.py -k cuda -rs
+step tests "$(( LEFT > 70 ? LEFT - 10 : 60 ))" python3 -m pytest -q -p no:cacheprovider tests/test_gpu_path.py -k cuda -rs
 [ -n "$PONG" ] && wait "$PONG"
 
 # -- summary ------------------------------------------------------------------------------------
