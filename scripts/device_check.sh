@@ -9,7 +9,7 @@
 # Steps (in this order; each has its own time limit, and a failed step does not stop the next):
 #   1. nvidia-smi and torch's view of the device                            gpu.txt
 #   2. benchmark.py --learner at B = 32 and 256 (+ the learner-loop rows at B = 32): plain,
-#      --compile (CUDA graphs), --amp bf16                                   learner_*.json
+#      --compile (CUDA graphs), --amp bf16; and the loop rows with --replay-device cuda   learner_*.json
 #   3. benchmark.py --train with 16 envs: the defaults, and --replay-device cuda   train.json
 #   4. a --preset pong --device cuda run for what is left of the 8 minutes, at most 250 s (if this
 #      version has the preset), and meanwhile the CUDA-parametrized tests
@@ -70,6 +70,7 @@ LEARNER=(python3 scripts/benchmark.py --learner --device cuda --learner-batches 
 step learner_plain 60 "${LEARNER[@]}" --json "$OUT/learner_plain.json"
 step learner_bf16 60 "${LEARNER[@]}" --amp bf16 --json "$OUT/learner_bf16.json"
 step learner_compile 130 "${LEARNER[@]}" --compile --json "$OUT/learner_compile.json"
+step learner_replay_cuda 45 "${LEARNER[@]}" --replay-device cuda --json "$OUT/learner_replay_cuda.json"
 
 # -- 3. end to end ------------------------------------------------------------------------------
 step train 100 python3 scripts/benchmark.py --train --device cuda --num-envs 16 --repeats 1 \
@@ -100,7 +101,7 @@ from pathlib import Path
 
 out, start = Path(sys.argv[1]), float(sys.argv[2])
 summary = {"seconds": round(time.time() - start), "steps": [json.loads(l) for l in (out / "steps.jsonl").open()]}
-for name in ("learner_plain", "learner_bf16", "learner_compile", "train"):
+for name in ("learner_plain", "learner_bf16", "learner_compile", "learner_replay_cuda", "train"):
     path = out / f"{name}.json"
     summary[name] = json.loads(path.read_text()) if path.exists() else None
 events = sorted((out / "runs" / "pong").glob("events.out.tfevents.*")) if (out / "runs" / "pong").exists() else []
