@@ -109,8 +109,12 @@ def test_quick_replay_section(capsys, tmp_path):
 
 def test_quick_learner_section(capsys, tmp_path):
     rows = run_quick(capsys, tmp_path, "learner")
-    assert [row["batch_size"] for row in rows] == QUICK["learner_batches"]
-    assert all(row["unit"] == "updates/s" for row in rows)
+    updates = [row for row in rows if row.get("op") != "loop"]
+    assert [row["batch_size"] for row in updates] == QUICK["learner_batches"]
+    assert all(row["unit"] == "updates/s" for row in updates)
+    loop = [row for row in rows if row.get("op") == "loop"]
+    assert [row["impl"] for row in loop] == ["sample_only", "update_only", "loop_sync", "loop_prefetch"]
+    assert all(row["unit"] == "ms/update" and row["batch_size"] == QUICK["loop_batches"][0] for row in loop)
 
 
 def test_quick_env_section(capsys, tmp_path):

@@ -38,6 +38,9 @@ FORBIDDEN = {
     "distributed/__init__": {"ray", "torch", "vecdqn.distributed.pool"},  # the learner: lazily, on use
     "distributed/blocks": {"ray", "torch", "gymnasium", "vecdqn.agent", "vecdqn.trainer"},
     "distributed/actor": {"vecdqn.agent", "vecdqn.trainer", "vecdqn.distributed.pool"},
+    "staging": {"gymnasium", "ale_py", "cv2", "vecdqn"},
+    "device_replay": {"gymnasium", "ale_py", "cv2", "vecdqn.agent", "vecdqn.trainer", "vecdqn.vector"},
+    "pipeline": {"gymnasium", "ale_py", "cv2", "vecdqn.trainer", "vecdqn.vector", "vecdqn.metrics"},
 }
 
 

@@ -3,10 +3,18 @@
 Shape legend: ``N`` envs, ``B`` batch, ``S`` stacked frames, ``A`` actions, ``H×W`` frame.
 The math lives in pure functions (`double_dqn_target`, `td_loss`) testable with
 hand-computed numbers; `DQNAgent` owns the networks, the optimizer and the device.
+
+On a GPU a batch-32 update is dozens of small kernels, so its cost is their launches, not their
+arithmetic. Three options make them fewer and fatter: one forward pass of the online network
+over ``obs`` and ``next_obs`` together (``fuse_forward``, on by default on CUDA); the loss's
+forward and backward as CUDA graphs (``compile`` on CUDA: ``torch.compile(mode="reduce-overhead")``
+over static input buffers; fused Adam is one kernel already); bf16 autocast (``amp="bf16"``:
+fp32 master weights, fp32 targets and loss).
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -15,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vecdqn.model import QNetwork
+from vecdqn.staging import FIELD_DTYPES, DeviceBatch, PendingUpdate, check_amp
 
 
 def double_dqn_target(
@@ -71,8 +80,9 @@ def td_loss(
     return (weights * per_sample).mean(), td_errors.detach()
 
 
-def select_device(name: str = "auto") -> torch.device:
+def select_device(name: str = "auto", option: str = "--device") -> torch.device:
     """``cuda`` when available for ``"auto"``, else ``cpu``; any other name is used as given.
+    ``option`` is the flag errors name.
 
     Raises:
         ValueError: if a CUDA device is named but CUDA is not available.
@@ -82,13 +92,13 @@ def select_device(name: str = "auto") -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise ValueError(f"--device {name!r} is not a device name; use auto, cpu, cuda or cuda:N") from None
+        raise ValueError(f"{option} {name!r} is not a device name; use auto, cpu, cuda or cuda:N") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {name} was asked for but CUDA is not available; use --device cpu or auto")
+        raise ValueError(f"{option} {name} was asked for but CUDA is not available; use {option} cpu or auto")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ValueError(f"--device {name}: there are only {torch.cuda.device_count()} CUDA devices")
+        raise ValueError(f"{option} {name}: there are only {torch.cuda.device_count()} CUDA devices")
     if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"--device {name} was asked for but MPS is not available; use --device cpu or auto")
+        raise ValueError(f"{option} {name} was asked for but MPS is not available; use {option} cpu or auto")
     return device
 
 
@@ -115,7 +125,16 @@ class DQNAgent:
         double: double-DQN target; dueling, hidden_size: network shape (see `QNetwork`).
         seed: seeds the exploration generator (network init uses torch's global generator,
             seeded by the trainer).
-        compile: wrap the online network in ``torch.compile``.
+        compile: on CUDA, `loss_terms` (forward and backward) as CUDA graphs through
+            ``torch.compile(mode="reduce-overhead")`` over static input buffers; elsewhere the
+            online network in ``torch.compile`` (default mode).
+        amp: ``"off"`` or ``"bf16"``: autocast the forward passes (see `staging.check_amp`).
+        fuse_forward: one online forward over ``obs`` and ``next_obs`` concatenated, ``(2B, …)``
+            (None: on CUDA only; on a CPU the backward over 2B rows costs more than the second
+            forward's launches save).
+
+    Raises:
+        ValueError: ``amp`` that ``device`` cannot run.
     """
 
     def __init__(
@@ -132,6 +151,8 @@ class DQNAgent:
         hidden_size: int = 512,
         seed: int | None = None,
         compile: bool = False,
+        amp: str = "off",
+        fuse_forward: bool | None = None,
     ):
         self.n_actions = n_actions
         self.obs_shape = tuple(obs_shape)
@@ -145,7 +166,13 @@ class DQNAgent:
         self.target.load_state_dict(self.online.state_dict())
         self.target.requires_grad_(False)
         self.optimizer = _adam(self.online.parameters(), lr=learning_rate, eps=adam_eps)
-        self.forward = torch.compile(self.online) if compile else self.online
+        self.amp_dtype = check_amp(device, amp)
+        self.fuse_forward = device.type == "cuda" if fuse_forward is None else bool(fuse_forward)
+        self.cuda_graphs = compile and device.type == "cuda"
+        self.forward = torch.compile(self.online) if compile and not self.cuda_graphs else self.online
+        self._loss_terms = (torch.compile(self.loss_terms, mode="reduce-overhead") if self.cuda_graphs
+                            else self.loss_terms)
+        self._static: DeviceBatch | None = None  # the compiled graphs' input buffers
         self.rng = np.random.default_rng(seed)
         self._pin = device.type == "cuda"
 
@@ -179,38 +206,69 @@ class DQNAgent:
         return actions.astype(np.int64)
 
     # -- learning --------------------------------------------------------------------------------
-    def update(self, batch: Any) -> tuple[dict[str, float], np.ndarray]:
-        """One gradient step on a replay batch.
+    def stage(self, batch: Any) -> DeviceBatch:
+        """A replay batch as a `DeviceBatch` on the learner's device (asynchronous copies on CUDA).
 
         Args:
-            batch: a replay sample with NumPy fields ``obs (B, S, H, W) uint8``,
-                ``actions (B,) int``, ``rewards (B,) float32`` (n-step returns, already clipped
-                if clipping is on), ``next_obs (B, S, H, W) uint8``, ``discounts (B,) float32``
-                and ``weights (B,) float32``.
+            batch: any object with the `DeviceBatch` fields as NumPy arrays or tensors (a
+                `ReplaySample`, a `DeviceBatch`): ``obs, next_obs (B, S, H, W) uint8``,
+                ``actions (B,) int``, ``rewards, discounts, weights (B,) float``.
+        """
+        values = {}
+        for name, (dtype, np_dtype) in FIELD_DTYPES.items():
+            value = getattr(batch, name)
+            if isinstance(value, torch.Tensor):
+                values[name] = value.to(self.device, dtype, non_blocking=True)
+            else:
+                values[name] = self.to_device(np.asarray(value, dtype=np_dtype))
+        return DeviceBatch(**values)
+
+    def _check(self, batch: DeviceBatch) -> None:
+        """The learner's boundary: shapes and dtypes as `DeviceBatch` states them."""
+        obs, b = batch.obs, batch.obs.shape[0]
+        assert obs.shape[1:] == self.obs_shape and obs.dtype == torch.uint8, (obs.shape, obs.dtype)
+        assert batch.next_obs.shape == obs.shape and batch.next_obs.dtype == torch.uint8, batch.next_obs.shape
+        assert all(t.shape == (b,) for t in batch[2:]), [tuple(t.shape) for t in batch[2:]]
+
+    def loss_terms(self, obs: torch.Tensor, next_obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
+                   discounts: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The forward half of an update, on `DeviceBatch` fields (shapes there).
 
         Returns:
-            ``(metrics, td_errors)``: ``{"td_loss", "q_values", "grad_norm"}`` as floats and the
-            ``(B,) float32`` TD errors on the host (for the priorities). One device→host copy.
+            ``(loss () float32, td_errors (B,) float32, mean Q () float32)``; only the loss carries
+            a gradient. Targets and loss are fp32 under ``amp`` too.
         """
-        obs = self.to_device(batch.obs)
-        next_obs = self.to_device(batch.next_obs)
-        assert obs.shape[1:] == self.obs_shape and obs.dtype == torch.uint8, (obs.shape, obs.dtype)
-        assert next_obs.shape == obs.shape, (next_obs.shape, obs.shape)
-        actions = self.to_device(np.asarray(batch.actions, dtype=np.int64))
-        rewards = self.to_device(np.asarray(batch.rewards, dtype=np.float32))
-        discounts = self.to_device(np.asarray(batch.discounts, dtype=np.float32))
-        weights = self.to_device(np.asarray(batch.weights, dtype=np.float32))
         b = obs.shape[0]
-        assert actions.shape == rewards.shape == discounts.shape == weights.shape == (b,)
-
-        with torch.no_grad():
-            next_q_target = self.target(next_obs)
-            next_q_online = self.forward(next_obs) if self.double else next_q_target
-            targets = double_dqn_target(rewards, discounts, next_q_online, next_q_target, self.double)
-        q = self.forward(obs)
+        autocast = (torch.autocast(self.device.type, dtype=self.amp_dtype) if self.amp_dtype is not None
+                    else contextlib.nullcontext())
+        with autocast:
+            with torch.no_grad():
+                next_q_target = self.target(next_obs).float()
+            if self.double and self.fuse_forward:
+                q_both = self.forward(torch.cat([obs, next_obs])).float()
+                q, next_q_online = q_both[:b], q_both[b:].detach()
+            else:
+                with torch.no_grad():
+                    next_q_online = self.forward(next_obs).float() if self.double else next_q_target
+                q = self.forward(obs).float()
+        targets = double_dqn_target(rewards, discounts, next_q_online, next_q_target, self.double)
         q_taken = q.gather(1, actions.unsqueeze(1)).squeeze(1)
         loss, td_errors = td_loss(q_taken, targets, weights)
+        return loss, td_errors, q_taken.detach().mean()
 
+    def update_async(self, batch: Any) -> PendingUpdate:
+        """One gradient step on a replay batch (see `stage`), without waiting for its results:
+        on CUDA this returns once the work is queued.
+
+        Returns:
+            a `PendingUpdate`; its ``result()`` is ``(metrics, td_errors)``, as `update` returns.
+        """
+        staged = batch if isinstance(batch, DeviceBatch) else self.stage(batch)
+        self._check(staged)
+        if self.cuda_graphs:
+            staged = self._into_static(staged)
+            torch.compiler.cudagraph_mark_step_begin()  # the graphs' earlier outputs may be reused
+        loss, td_errors, q_mean = self._loss_terms(*staged)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.max_grad_norm > 0:
@@ -218,13 +276,34 @@ class DQNAgent:
         else:
             grad_norm = torch.zeros((), device=self.device)
         self.optimizer.step()
-
         # One transfer for everything the host needs: TD errors, loss, mean Q, gradient norm.
-        packed = torch.cat([td_errors, torch.stack([loss.detach(), q_taken.detach().mean(),
-                                                    grad_norm.detach().float()])]).cpu().numpy()
-        metrics = {"td_loss": float(packed[b]), "q_values": float(packed[b + 1]),
-                   "grad_norm": float(packed[b + 2])}
-        return metrics, packed[:b]
+        return PendingUpdate(torch.cat([td_errors, torch.stack([loss.detach(), q_mean, grad_norm.detach().float()])]))
+
+    def update(self, batch: Any) -> tuple[dict[str, float], np.ndarray]:
+        """One gradient step on a replay batch, waiting for its results.
+
+        Args:
+            batch: a replay sample with NumPy fields ``obs (B, S, H, W) uint8``,
+                ``actions (B,) int``, ``rewards (B,) float32`` (n-step returns, already clipped
+                if clipping is on), ``next_obs (B, S, H, W) uint8``, ``discounts (B,) float32``
+                and ``weights (B,) float32`` (or a `DeviceBatch`).
+
+        Returns:
+            ``(metrics, td_errors)``: ``{"td_loss", "q_values", "grad_norm"}`` as floats and the
+            ``(B,) float32`` TD errors on the host (for the priorities). One device→host copy.
+        """
+        return self.update_async(batch).result()
+
+    def _into_static(self, batch: DeviceBatch) -> DeviceBatch:
+        """``batch`` copied into the buffers the CUDA graphs read (made on first use, and again
+        if the batch size changes), so that every replay reads the same addresses."""
+        if self._static is None or self._static.obs.shape != batch.obs.shape:
+            self._static = DeviceBatch(*(torch.empty_like(t) for t in batch))
+            for tensor in self._static:
+                torch._dynamo.mark_static_address(tensor)  # noqa: SLF001 - no public spelling yet
+        for static, value in zip(self._static, batch):
+            static.copy_(value, non_blocking=True)
+        return self._static
 
     def sync_target(self) -> None:
         """Hard target update: copy the online weights into the target network."""

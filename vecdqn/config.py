@@ -170,7 +170,15 @@ class Config:
     double: bool = _f(True, "double-DQN target (van Hasselt et al. 2016); --no-double uses max_a Q_target")
     dueling: bool = _f(True, "dueling head (Wang et al. 2016); --no-dueling uses a plain linear head")
     hidden_size: int = _f(512, "units of the fully connected layer")
-    compile: bool = _f(False, "torch.compile the Q-network")
+    compile: bool = _f(False, "torch.compile: on CUDA the update's forward and backward as CUDA graphs "
+                              "(mode reduce-overhead, static input buffers); elsewhere the Q-network")
+    amp: str = _f("off", "autocast the learner's forward passes: off, or bf16 (fp32 master weights and loss; "
+                         "CPUs and CUDA GPUs with bf16)")
+    prefetch: bool | None = _f(None, "sample the next batch on a background thread during each update; "
+                                     "priorities then arrive one update late (as in Ape-X); unset: on with a CUDA "
+                                     "learner, off elsewhere (--no-prefetch: exact, synchronous)")
+    replay_device: str = _f("", "keep a copy of the replay's frames on this torch device (auto, cuda, cpu, ...) "
+                                "and gather batches there; empty: batches are copied out on the host")
 
     # --- exploration ------------------------------------------------------------------------
     epsilon_start: float = _f(1.0, "epsilon-greedy epsilon at step 0")
@@ -313,6 +321,12 @@ class Config:
         if self.device != "auto" and not (self.device == "cpu" or self.device.startswith("cuda")
                                           or self.device == "mps"):
             raise ValueError(f"--device {self.device!r} is not one of auto, cpu, cuda, cuda:N, mps")
+        if self.amp not in ("off", "bf16"):
+            raise ValueError(f"--amp {self.amp!r} is not one of off, bf16")
+        if self.replay_device and not (self.replay_device in ("auto", "cpu", "mps")
+                                       or self.replay_device.startswith("cuda")):
+            raise ValueError(f"--replay-device {self.replay_device!r} is not one of auto, cpu, cuda, cuda:N, mps "
+                             "(or empty for none)")
         if self.preset and self.preset not in PRESETS:
             raise ValueError(f"--preset {self.preset!r} is unknown; choose one of {sorted(PRESETS)}")
 
@@ -460,7 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for f in fields(Config):
         kwargs: dict[str, Any] = {"help": f.metadata["help"], "default": f.default}
-        if f.type in ("bool", bool):
+        if f.type in ("bool", bool, "bool | None"):
             kwargs["action"] = argparse.BooleanOptionalAction
         else:
             type_name = (f.type if isinstance(f.type, str) else f.type.__name__).removesuffix(" | None")

@@ -14,8 +14,10 @@ import torch
 
 from vecdqn.agent import select_device
 from vecdqn.config import Config
+from vecdqn.device_replay import check_replay_device
 from vecdqn.model import QNetwork
 from vecdqn.replay import PrioritizedReplayBuffer
+from vecdqn.staging import check_amp
 from vecdqn.wrappers import check_env_options, make_env
 
 __all__ = ["ConfigError", "available_memory_bytes", "preflight"]
@@ -57,7 +59,9 @@ def preflight(config: Config, *, resuming: bool = False) -> None:
     try:
         config.validate()
         check_env_options(config.env_id, config.env_options())
-        select_device(config.device)
+        check_amp(select_device(config.device), config.amp)
+        if config.replay_device:
+            check_replay_device(replay_frame_bytes(config), select_device(config.replay_device, "--replay-device"))
     except ValueError as err:
         raise ConfigError(str(err)) from None
     n_actions = check_env_starts(config)
@@ -131,7 +135,7 @@ def check_worker_limits(num_envs: int) -> None:
 
 def check_memory(config: Config) -> None:
     """The replay and the env workers fit in the memory that is free now."""
-    need = replay_bytes(config)
+    need = replay_bytes(config) + (replay_frame_bytes(config) if config.replay_device == "cpu" else 0)
     workers = config.num_envs * WORKER_BYTES
     free = available_memory_bytes()
     if free is not None and need + workers > free:
@@ -173,3 +177,8 @@ def replay_bytes(config: Config) -> int:
     return PrioritizedReplayBuffer.bytes_needed(
         config.buffer_size, (config.frame_stack, config.screen_size, config.screen_size), n_step=config.n_step
     )
+
+
+def replay_frame_bytes(config: Config) -> int:
+    """Bytes of the replay's frames alone (``--replay-device`` keeps a copy of them)."""
+    return config.buffer_size * config.screen_size**2

@@ -48,8 +48,10 @@ import torch
 from vecdqn import checkpoint
 from vecdqn.agent import DQNAgent, select_device
 from vecdqn.config import FIXED_ON_RESUME, Config, default_torch_threads, option_flag
+from vecdqn.device_replay import DeviceFrames
 from vecdqn.evaluation import evaluate
 from vecdqn.metrics import MetricsLogger
+from vecdqn.pipeline import LearnerPipeline
 from vecdqn.preflight import ConfigError, preflight
 from vecdqn.replay import PrioritizedReplayBuffer
 from vecdqn.schedules import Schedules
@@ -151,6 +153,7 @@ class Trainer:
         self.schedules = Schedules.from_config(config)
         self.envs: WorkerGuard | None = None
         self.logger: MetricsLogger | None = None
+        self.pipeline: LearnerPipeline | None = None
         self.worker_checkpoint: Path | None = None
         self.replay_note = "no saved replay"
         self.on_step = on_step
@@ -213,6 +216,8 @@ class Trainer:
             envs.close()
             if self.logger is not None:
                 self.logger.close()
+            if self.pipeline is not None:
+                self.pipeline.close()
 
     def _start_run(self, threads: int) -> None:
         """Torch threads, the seeds, the run folder and its ``config.json``."""
@@ -231,6 +236,7 @@ class Trainer:
         c = self.config
         self._set_up_learner(envs.single_observation_space.shape, int(envs.single_action_space.n))
         start = self._restore(envs) if self.resume_state is not None else None
+        self._start_pipeline()
         self._start_logger()
         if start is not None:
             return start
@@ -248,8 +254,17 @@ class Trainer:
         self.agent = DQNAgent(
             n_actions, obs_shape, self.device, learning_rate=self.schedules.learning_rate(0),
             adam_eps=c.adam_eps, max_grad_norm=c.max_grad_norm, double=c.double, dueling=c.dueling,
-            hidden_size=c.hidden_size, seed=c.seed + 1, compile=c.compile,
+            hidden_size=c.hidden_size, seed=c.seed + 1, compile=c.compile, amp=c.amp,
         )
+
+    def _start_pipeline(self) -> None:
+        """The learner pipeline, built after a restore (which may replace the buffer); see
+        `LearnerPipeline` for its synchronous and prefetching modes."""
+        c = self.config
+        prefetch = self.device.type == "cuda" if c.prefetch is None else c.prefetch
+        frames = DeviceFrames(self.buffer, select_device(c.replay_device)) if c.replay_device else None
+        self.pipeline = LearnerPipeline(self.buffer, self.agent, c.batch_size, per=c.per, prefetch=prefetch,
+                                        frames=frames)
 
     def _start_logger(self) -> None:
         """The `MetricsLogger`, continuing the counts of a resumed run (and saying so)."""
@@ -300,24 +315,23 @@ class Trainer:
         self.agent.set_learning_rate(self.schedules.learning_rate(s.step))
         beta = self.schedules.beta(s.step)
         for _ in range(updates_due(s.step, c.num_envs, s.learn_from, c.train_frequency, s.updates - s.update_offset)):
-            self.logger.losses(self._update(beta))
+            metrics = self._update(beta)
+            if metrics:  # with --prefetch the first update's metrics arrive with the next one
+                self.logger.losses(metrics)
         syncs, s.next_sync = target_syncs_due(s.step, c.num_envs, s.next_sync, c.target_update_frequency)
         if syncs:
             self.agent.sync_target()
 
     def _update(self, beta: float) -> dict[str, float]:
-        """One sampled batch, one gradient step, its priorities written back."""
-        c = self.config
-        batch = self.buffer.sample(c.batch_size, beta)
-        metrics, td_errors = self.agent.update(batch)
-        if not (math.isfinite(metrics["td_loss"]) and math.isfinite(metrics["q_values"])):
+        """One sampled batch, one gradient step, its priorities written back (with --prefetch:
+        the previous update's metrics and priorities; see `LearnerPipeline`)."""
+        metrics = self.pipeline.update(beta) or {}  # prefetch: the first update's results come with the second
+        if metrics and not (math.isfinite(metrics["td_loss"]) and math.isfinite(metrics["q_values"])):
             raise NonFiniteError(
                 f"non-finite loss ({metrics['td_loss']}) or mean Q ({metrics['q_values']}) at agent step "
                 f"{self.state.step}, update {self.state.updates}; a too high --learning-rate is the usual cause: "
                 "lower it and resume from the last checkpoint"
             )
-        if c.per:
-            self.buffer.update_priorities(batch.indices, td_errors)
         self.state.updates += 1
         return metrics
 
@@ -339,8 +353,8 @@ class Trainer:
             self.logger.episode(step, episodic_return, length)
         s.episodes = self.logger.episodes
         # Sign clipping (Mnih et al. 2015) happens before the n-step sum, as in Rainbow.
-        self.buffer.add(obs, actions, np.sign(rewards) if c.clip_rewards else rewards, stored_next,
-                        terminated, truncated)
+        self.pipeline.store(obs, actions, np.sign(rewards) if c.clip_rewards else rewards, stored_next,
+                            terminated, truncated)
         return next_obs
 
     def _log(self) -> None:

@@ -5,7 +5,8 @@ Sections: `env` (env pipelines), `replay` (the replay buffers), `learner` (`DQNA
 `train` (end-to-end training), `actors` (distributed actors feeding the learner), `soak` (a long
 run watched for leaks). Each has ``add_arguments(parser)`` (its flags, the section's own
 ``--<name>`` among them), ``run(args) -> list[Row]`` and ``QUICK``, the sizes of ``--quick``.
-`harness` holds what they share; `baselines` the reference implementations they measure against.
+`loop` holds the learner-loop rows of `learner`; `harness` what the sections share; `baselines`
+the reference implementations they measure against.
 
 Method: every measured row is the median over ``--repeats`` rounds; within a round the
 implementations run one after another (interleaved), so a slow spell of a shared machine hits

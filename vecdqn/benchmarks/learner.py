@@ -1,5 +1,7 @@
 """``--learner``: `DQNAgent.update` calls per second (dueling double DQN, random batches of
-``(B, 4, 84, 84) uint8`` observations) on the chosen device, at each batch size."""
+``(B, 4, 84, 84) uint8`` observations) on the chosen device, at each batch size; then the
+learner's loop over a filled replay (`vecdqn.benchmarks.loop`): sample alone, update alone, and
+`LearnerPipeline` synchronous and with prefetch, in ms per update."""
 
 from __future__ import annotations
 
@@ -11,11 +13,12 @@ import time
 import numpy as np
 
 from vecdqn.benchmarks.harness import Row
+from vecdqn.benchmarks.loop import loop_rows, options_note
 
 __all__ = ["QUICK", "add_arguments", "learner_updates_per_second", "random_batch", "run", "torch_threads"]
 
 # --quick: the smallest sizes, for a smoke run (the numbers mean little)
-QUICK = {"learner_batches": [8]}
+QUICK = {"learner_batches": [8], "loop_batches": [8], "loop_capacity": 2048}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +30,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="torch intra-op threads (0: the trainer's rule for --num-envs; default 0)")
     group.add_argument("--num-envs", type=int, default=8,
                        help="envs of the --train runs and of the thread rule (default 8)")
+    group.add_argument("--compile", action="store_true",
+                       help="build the agents with compile=True (CUDA graphs on CUDA; default off)")
+    group.add_argument("--amp", default="off", choices=["off", "bf16"], help="autocast of the agents (default off)")
+    group.add_argument("--replay-device", default="",
+                       help="device of the frames' copy in the loop rows and in an extra --train row (default none)")
+    group.add_argument("--learner-seconds", type=float, default=3.0,
+                       help="seconds each learner row is timed for (default 3; --quick: 0.1)")
+    group.add_argument("--loop-batches", type=int, nargs="*", default=[32],
+                       help="batch sizes of the learner-loop rows; none to skip them (default 32)")
+    group.add_argument("--loop-capacity", type=int, default=2**15,
+                       help="replay slots filled for the learner-loop rows (default 2^15)")
 
 
 def torch_threads(args: argparse.Namespace) -> int:
@@ -51,17 +65,20 @@ def random_batch(batch: int, rng: np.random.Generator):
 
 
 def learner_updates_per_second(batch: int, device: str, threads: int, *, dueling=True, double=True,
-                               seconds: float = 3.0) -> float:
-    """Updates per second over at least ``seconds`` of wall-clock time (and 3 updates), after one
-    warm-up update, with ``threads`` torch intra-op threads."""
+                               seconds: float = 3.0, compile: bool = False, amp: str = "off") -> float:
+    """Updates per second over at least ``seconds`` of wall-clock time (and 3 updates), after
+    warm-up updates (3 with ``compile``, for the graphs to be recorded), with ``threads`` torch
+    intra-op threads."""
     import torch
 
     from vecdqn.agent import DQNAgent, select_device
 
     torch.set_num_threads(threads)
-    agent = DQNAgent(4, (4, 84, 84), select_device(device), dueling=dueling, double=double, seed=0)
+    agent = DQNAgent(4, (4, 84, 84), select_device(device), dueling=dueling, double=double, seed=0,
+                     compile=compile, amp=amp)
     data = random_batch(batch, np.random.default_rng(0))
-    agent.update(data)
+    for _ in range(3 if compile else 1):
+        agent.update(data)
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds or count < 3:
         agent.update(data)
@@ -77,14 +94,17 @@ def run(args: argparse.Namespace) -> list[Row]:
 
     device = str(select_device(args.device))
     threads = torch_threads(args)
-    seconds = 0.1 if args.quick else 3.0
+    seconds = 0.1 if args.quick else args.learner_seconds
     rows: list[Row] = []
     for batch in args.learner_batches:
         print(f"timing DQNAgent.update at batch {batch} on {device} with {threads} thread(s) ...", flush=True)
-        values = [learner_updates_per_second(batch, device, threads, seconds=seconds) for _ in range(args.repeats)]
+        values = [learner_updates_per_second(batch, device, threads, seconds=seconds, compile=args.compile,
+                                             amp=args.amp) for _ in range(args.repeats)]
         rows.append({"bench": "learner", "impl": "vecdqn", "batch_size": batch, "value": statistics.median(values),
                      "unit": "updates/s", "ratio": None, "anchor": None,
-                     "note": f"{device}, {threads} torch thread(s), dueling double DQN"})
+                     "note": f"{device}, {threads} torch thread(s), dueling double DQN{options_note(args)}"})
+    for batch in args.loop_batches:
+        rows += loop_rows(args, batch, device, threads, seconds)
     torch.set_num_threads(os.cpu_count() or 1)
     print()
     return rows

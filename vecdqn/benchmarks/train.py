@@ -97,16 +97,21 @@ def run(args: argparse.Namespace) -> list[Row]:
         "vecdqn_plain": lambda: trainer_learning_sps(args, PLAIN_DQN),
         "single_env_loop": lambda: single_loop_sps(args),
     }
+    if args.replay_device:  # the defaults with the frames' copy on that device
+        candidates[f"vecdqn_replay_{args.replay_device}"] = lambda: trainer_learning_sps(
+            args, ["--replay-device", args.replay_device])
     result = interleaved(args.repeats, candidates, anchor="single_env_loop")
     threads = torch_threads(args)
     learner, env_only = _bounds(args, threads)
     for name, (value, ratio) in result.items():
         row = {"bench": "train", "impl": name, "num_envs": 1 if name == "single_env_loop" else args.num_envs,
                "value": value, "unit": "steps/s", "ratio": ratio, "anchor": "single_env_loop"}
-        if name in learner:
-            bound = min(env_only, learner[name] * 4)
-            row["note"] = (f"env-only {env_only:,.0f} steps/s, learner-only {learner[name]:.1f} updates/s x 4 = "
-                           f"{learner[name] * 4:.0f} steps/s; {value / bound:.2f} of min")
+        learner_name = "vecdqn" if name.startswith("vecdqn_replay_") else name
+        if learner_name in learner:
+            rate = learner[learner_name]
+            bound = min(env_only, rate * 4)
+            row["note"] = (f"env-only {env_only:,.0f} steps/s, learner-only {rate:.1f} updates/s x 4 = "
+                           f"{rate * 4:.0f} steps/s; {value / bound:.2f} of min")
             row["bound"] = bound
         rows.append(row)
     rows.append({"bench": "train", "impl": "env_only", "num_envs": args.num_envs, "value": env_only,

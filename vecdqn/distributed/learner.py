@@ -86,12 +86,13 @@ class DistributedTrainer(Trainer):
         probe = make_env(c.env_id, c.env_options())
         obs_shape, n_actions = probe.observation_space.shape, int(probe.action_space.n)
         probe.close()
-        self._install_signal_handlers()
+        self.stop.__enter__()
         owns_ray = start_ray(c.ray_address, c.actors)
         try:
             self._set_up_learner(obs_shape, n_actions)
             if self.resume_state is not None:
                 self._restore(None)
+            self._start_pipeline()
             self._start_logger()
             self.ingest = BlockIngest(self.buffer, c.actors, c.actor_envs, clip_rewards=c.clip_rewards,
                                       prioritize=c.per)
@@ -101,7 +102,7 @@ class DistributedTrainer(Trainer):
                               + ", ".join(f"{e:.3g}" for e in self.pool.epsilons))
             return self._loop_blocks()
         finally:
-            self._restore_signal_handlers()
+            self.stop.__exit__()
             if self.pool is not None:
                 self.pool.close()
             if owns_ray:
@@ -129,8 +130,8 @@ class DistributedTrainer(Trainer):
             if s.step >= s.next_eval:
                 s.next_eval += c.eval_every
                 self._evaluate()
-            if self._signal is not None:
-                raise Interrupted(self._signal, self.save_checkpoint("latest.pt"))
+            if self.stop.signum is not None:
+                raise Interrupted(self.stop.signum, self.save_checkpoint("latest.pt"))
             if s.next_checkpoint <= s.step < c.total_steps:
                 s.next_checkpoint += c.checkpoint_every
                 self.save_checkpoint("latest.pt")
@@ -159,7 +160,9 @@ class DistributedTrainer(Trainer):
                 self.agent.set_learning_rate(self.schedules.learning_rate(s.step))
                 beta = self.schedules.beta(s.step)
                 for _ in range(due):
-                    self.logger.losses(self._update(beta))
+                    metrics = self._update(beta)
+                    if metrics:  # with --prefetch the first update's metrics arrive with the next one
+                        self.logger.losses(metrics)
             syncs, s.next_sync = target_syncs_due(s.step, n, s.next_sync, c.target_update_frequency)
             if syncs:
                 self.agent.sync_target()

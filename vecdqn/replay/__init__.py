@@ -32,14 +32,15 @@ Modules, one concern each:
 * `buffer`: `PrioritizedReplayBuffer` (frame-efficient, n-step; what the trainer uses).
 * `stacked`: `StackedReplayBuffer` (whole stacked observations; the reference for tests and
   benchmarks).
-* `sample`: `ReplaySample`, the batch both return. `checks`: argument checks, `ReplayIndexError`.
+* `sample`: `ReplaySample`, the batch both return; `ReplaySlots`, the same batch as frame slots
+  (`PrioritizedReplayBuffer.sample_slots`). `checks`: argument checks, `ReplayIndexError`.
 """
 
 from vecdqn.replay.buffer import PrioritizedReplayBuffer
 from vecdqn.replay.checks import ReplayIndexError
 from vecdqn.replay.nstep import NStepAccumulator
 from vecdqn.replay.prioritized import PriorityIndexProtocol
-from vecdqn.replay.sample import ReplaySample
+from vecdqn.replay.sample import ReplaySample, ReplaySlots
 from vecdqn.replay.stacked import StackedReplayBuffer
 from vecdqn.replay.sum_tree import PriorityIndex, SumTree, last_wins
 
@@ -50,6 +51,7 @@ __all__ = [
     "PriorityIndexProtocol",
     "ReplayIndexError",
     "ReplaySample",
+    "ReplaySlots",
     "StackedReplayBuffer",
     "SumTree",
     "last_wins",

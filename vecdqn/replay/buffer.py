@@ -14,7 +14,7 @@ from vecdqn.replay.checks import check_batch, check_int
 from vecdqn.replay.frames import FrameRings
 from vecdqn.replay.nstep import NStepAccumulator, discount_table
 from vecdqn.replay.prioritized import ReplayBase
-from vecdqn.replay.sample import ReplaySample
+from vecdqn.replay.sample import ReplaySample, ReplaySlots
 from vecdqn.replay.sum_tree import PriorityIndex, last_wins
 
 __all__ = ["PrioritizedReplayBuffer"]
@@ -228,16 +228,38 @@ class PrioritizedReplayBuffer(ReplayBase):
             raise ValueError(f"envs {idx.tolist()} must be distinct env indices in [0, {self.n_envs})")
         return idx.astype(np.int64)
 
-    def _fetch(self, indices: np.ndarray, weights: np.ndarray) -> ReplaySample:
-        obs, next_obs = self._rings.stacks(indices, self._next_offset[indices])
+    def sample_slots(self, batch_size: int, beta: float = 0.4) -> ReplaySlots:
+        """The batch `sample` would draw (same generator, same draws: for one seed the same
+        transitions), as `ReplaySlots`: ``(B, S) int64`` frame slots of obs and next_obs instead
+        of their ``(B, S, H, W) uint8`` frames, for a reader with its own copy of `frames`.
+
+        Raises:
+            ValueError: as `sample`.
+        """
+        indices, weights = self._draw(batch_size, beta)
+        return self._slots(indices, weights)
+
+    def frame_slots_since(self, written: Any) -> np.ndarray:
+        """``(N,) int`` counts of an earlier `slots_written` ``-> (M,) int64``: the frame slots
+        written since then (each env's at most once per ring), for keeping a copy of `frames` up
+        to date. Raises ValueError before the first ``add``."""
+        if self.n_envs is None:
+            raise ValueError("frame_slots_since() needs a buffer that has been added to")
+        return self._rings.slots_since(written)
+
+    def _slots(self, indices: np.ndarray, weights: np.ndarray) -> ReplaySlots:
+        stacked = self._rings.stack_slots(indices, self._next_offset[indices])
         terminated = self._terminated[indices]
-        return ReplaySample(
-            obs=obs,
+        return ReplaySlots(
+            obs_slots=stacked[:indices.size],
+            next_obs_slots=stacked[indices.size:],
             actions=self._actions[indices].astype(np.int64),
             rewards=self._returns[indices],
-            next_obs=next_obs,
             terminated=terminated,
             weights=weights,
             indices=indices,
             discounts=self._discounts[terminated.view(np.uint8), self._horizon[indices]],
         )
+
+    def _fetch(self, indices: np.ndarray, weights: np.ndarray) -> ReplaySample:
+        return self._slots(indices, weights).with_frames(self._rings.frames)

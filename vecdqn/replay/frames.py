@@ -236,15 +236,27 @@ class FrameRings:
             window = local[:, None] + np.maximum(self._window, first[:, None])
         return base[:, None] + window % ring
 
-    def stacks(self, slots: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(B,) int64 slots, (B,) int offsets -> (obs, next_obs)``, each ``(B, S, H, W) uint8``:
-        the stacks whose newest frames are at ``slots`` and ``offsets`` ring positions later."""
-        b, ring = slots.size, self._ring
+    def stack_slots(self, slots: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        """``(B,) int64 slots, (B,) int offsets -> (2B, S) int64``: the frame slots of the stacks
+        whose newest frames are at ``slots`` (rows ``:B``, the obs) and ``offsets`` ring positions
+        later (rows ``B:``, the next_obs), oldest first. ``frames[stack_slots(...)]`` is `stacks`."""
+        ring = self._ring
         base = slots - slots % ring
         local = slots - base
         next_local = (local + offsets) % ring
-        stacks = self._stack_slots(np.concatenate([base, base]), np.concatenate([local, next_local]))
+        return self._stack_slots(np.concatenate([base, base]), np.concatenate([local, next_local]))
+
+    def stacks(self, slots: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(B,) int64 slots, (B,) int offsets -> (obs, next_obs)``, each ``(B, S, H, W) uint8``:
+        the stacks whose newest frames are at ``slots`` and ``offsets`` ring positions later."""
         # One gather for obs and next_obs, (2B, S, H, W); each half is C-contiguous. The copy of
         # 2·B·S random frames is most of a sample's cost, and no layout makes it smaller.
-        frames = self._frames[stacks]
-        return frames[:b], frames[b:]
+        frames = self._frames[self.stack_slots(slots, offsets)]
+        return frames[:slots.size], frames[slots.size:]
+
+    def slots_since(self, written: np.ndarray) -> np.ndarray:
+        """``(N,) int64`` counts of an earlier `written` ``-> (M,) int64``: every slot written
+        since then, each env's in write order (at most its whole ring, once it has wrapped)."""
+        count = np.minimum(self._written - np.asarray(written, dtype=np.int64), self._ring)
+        row, k = _ragged(count)
+        return self.env_base[row] + (self._written[row] - count[row] + k) % self._ring

@@ -162,7 +162,12 @@ class ReplayBase:
         Raises:
             ValueError: ``batch_size`` is not an int in ``[1, len(self)]``; ``beta`` outside [0, 1].
         """
-        batch = check_int("batch_size", batch_size, 1)
+        return self._fetch(*self._draw(batch_size, beta))
+
+    def _draw(self, batch: int, beta: float) -> tuple[np.ndarray, np.ndarray]:
+        """``(indices (B,) int64, weights (B,) float32)`` of one stratified draw (see `sample`);
+        ``batch`` and ``beta`` checked there."""
+        batch = check_int("batch_size", batch, 1)
         available = len(self)
         if batch > available:
             raise ValueError(f"batch_size {batch} is larger than the {available} sampleable "
@@ -176,7 +181,7 @@ class ReplayBase:
         indices = self._index.find(prefix)
         priorities = self._index.get(indices)
         weights = (priorities / self._index.min_positive) ** -beta
-        return self._fetch(indices, weights.astype(np.float32))
+        return indices, weights.astype(np.float32)
 
     def update_priorities(self, indices: Any, td_errors: Any) -> None:
         """Set the priorities of ``indices`` (``(B,) int``) from ``td_errors`` (``(B,) float``).

@@ -1,4 +1,5 @@
-"""`ReplaySample`, the batch that both replay buffers return."""
+"""`ReplaySample`, the batch that both replay buffers return, and `ReplaySlots`, the same batch as
+frame-slot numbers."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["ReplaySample"]
+__all__ = ["ReplaySample", "ReplaySlots"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -63,3 +64,34 @@ class ReplaySample:
 
     def as_dict(self) -> dict[str, np.ndarray]:
         return {name: getattr(self, name) for name in self.keys()}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ReplaySlots:
+    """A sampled batch with frame-slot numbers in place of the stacked frames: what a reader that
+    keeps its own copy of the frame storage (another device) needs to rebuild the observations.
+
+    Fields (``B`` = batch size, ``S`` = stack depth; ``frames`` is the buffer's ``(C, H, W)``
+    storage, so ``frames[obs_slots]`` is `ReplaySample.obs`)::
+
+        obs_slots       (B, S) int64      frame slots of obs, oldest first
+        next_obs_slots  (B, S) int64      frame slots of next_obs, oldest first
+        actions, rewards, terminated, weights, indices, discounts: as in `ReplaySample`
+    """
+
+    obs_slots: np.ndarray
+    next_obs_slots: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    weights: np.ndarray
+    indices: np.ndarray
+    discounts: np.ndarray
+
+    def with_frames(self, frames: np.ndarray) -> ReplaySample:
+        """The `ReplaySample` these slots stand for, read from ``frames (C, H, W) uint8``."""
+        b = self.obs_slots.shape[0]
+        stacked = frames[np.concatenate([self.obs_slots, self.next_obs_slots])]
+        return ReplaySample(obs=stacked[:b], actions=self.actions, rewards=self.rewards, next_obs=stacked[b:],
+                            terminated=self.terminated, weights=self.weights, indices=self.indices,
+                            discounts=self.discounts)
