@@ -419,7 +419,8 @@ class _RawOracle:
 )
 def test_matches_gymnasium_atari_preprocessing(env_id, max_frames):
     ours = make_atari_env(
-        env_id, noop_max=0, fire_reset=False, episodic_life=False, max_episode_frames=max_frames
+        env_id, noop_max=0, fire_reset=False, episodic_life=False, max_episode_frames=max_frames,
+        repeat_action_probability=0.0,  # as the reference's raw env (v5 ids default to 0.25)
     )
     reference = FrameStackObservation(
         AtariPreprocessing(

@@ -95,16 +95,24 @@ class StopSignals:
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
 
-    def __enter__(self) -> StopSignals:
+    def install(self) -> StopSignals:
+        """Install the handlers (if enabled); returns self."""
         if self.enabled:
             for s in (signal.SIGINT, signal.SIGTERM):
                 self._previous[s] = signal.signal(s, self._on_signal)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def uninstall(self) -> None:
+        """Put the previous handlers back."""
         for s, handler in self._previous.items():
             signal.signal(s, handler)
         self._previous.clear()
+
+    def __enter__(self) -> StopSignals:
+        return self.install()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.uninstall()
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self.signum is not None:

@@ -86,7 +86,7 @@ class DistributedTrainer(Trainer):
         probe = make_env(c.env_id, c.env_options())
         obs_shape, n_actions = probe.observation_space.shape, int(probe.action_space.n)
         probe.close()
-        self.stop.__enter__()
+        self.stop.install()
         owns_ray = start_ray(c.ray_address, c.actors)
         try:
             self._set_up_learner(obs_shape, n_actions)
@@ -102,7 +102,7 @@ class DistributedTrainer(Trainer):
                               + ", ".join(f"{e:.3g}" for e in self.pool.epsilons))
             return self._loop_blocks()
         finally:
-            self.stop.__exit__()
+            self.stop.uninstall()
             if self.pool is not None:
                 self.pool.close()
             if owns_ray:
