@@ -31,7 +31,7 @@ def scalars(run_dir: Path) -> dict[str, list[float]]:
 
 
 def test_smoke_run_on_breakout(tmp_path):
-    """~2,000 agent steps, 2 envs, small buffer: exits 0, logs every DESIGN.md tag, no NaN."""
+    """~2,000 agent steps, 2 envs, small buffer: exits 0, logs every documented tag, no NaN."""
     result = run_train(
         "--total-steps", "2000", "--num-envs", "2", "--buffer-size", "2000", "--learning-starts", "400",
         "--log-every", "400", "--log-dir", str(tmp_path), "--seed", "3",

@@ -1,4 +1,4 @@
-"""Wrapper tests, three ways (STYLE.md 7): a scripted fake ALE whose screen, rewards and lives are
+"""Wrapper tests, three ways: a scripted fake ALE whose screen, rewards and lives are
 known per frame; the real ALE frame counter; equality with gymnasium's AtariPreprocessing on ROMs.
 """
 

@@ -13,7 +13,7 @@ Shape legend (one env, no batch axis):
 Units: a *frame* is one emulator frame (one ``ale.act``); an *agent step* is one ``step()`` of
 the outer env, ``frame_skip`` frames. Rewards stay raw (unclipped) here; the learner clips them.
 
-Wrapper order, innermost first (DESIGN.md, "Environment semantics")::
+Wrapper order, innermost first::
 
     AtariEnv(obs_type="grayscale", frameskip=1)   (H, W) uint8, one frame per step
     RecordEpisodeStatistics                       whole game's raw return, length in frames
