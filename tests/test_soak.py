@@ -11,7 +11,10 @@ def test_a_long_run_does_not_leak_memory_or_files(tmp_path):
     assert len(samples) >= 15
     rss = [s.rss for s in samples]
     assert max(rss) <= 1.05 * min(rss), [round(r / 2**20) for r in rss]
-    assert len({s.fds for s in samples}) == 1, [s.fds for s in samples]
+    fds = [s.fds for s in samples]
+    # No growth: the last sample has as many open files as the first, and none has more than one
+    # extra (a file open for a moment, e.g. while a checkpoint or an event file is written).
+    assert fds[-1] == fds[0] and max(fds) <= fds[0] + 1, fds
     assert len({s.processes for s in samples}) == 1
 
 
