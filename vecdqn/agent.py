@@ -169,7 +169,9 @@ class DQNAgent:
         self.amp_dtype = check_amp(device, amp)
         self.fuse_forward = device.type == "cuda" if fuse_forward is None else bool(fuse_forward)
         self.cuda_graphs = compile and device.type == "cuda"
-        self.forward = torch.compile(self.online) if compile and not self.cuda_graphs else self.online
+        # The online network's Q-values of scaled frames (see `QNetwork.scale`), compiled if asked.
+        self.online_q = (torch.compile(self.online.q_values) if compile and not self.cuda_graphs
+                         else self.online.q_values)
         self._loss_terms = (torch.compile(self.loss_terms, mode="reduce-overhead") if self.cuda_graphs
                             else self.loss_terms)
         self._static: DeviceBatch | None = None  # the compiled graphs' input buffers
@@ -201,7 +203,8 @@ class DQNAgent:
         actions = self.rng.integers(self.n_actions, size=n)
         if not explore.all():
             with torch.no_grad():
-                greedy = self.forward(self.to_device(obs)).argmax(dim=1).cpu().numpy()
+                q = self.online_q(self.online.scale(self.to_device(obs)))
+                greedy = q.argmax(dim=1).cpu().numpy()
             actions = np.where(explore, actions, greedy)
         return actions.astype(np.int64)
 
@@ -241,16 +244,18 @@ class DQNAgent:
         b = obs.shape[0]
         autocast = (torch.autocast(self.device.type, dtype=self.amp_dtype) if self.amp_dtype is not None
                     else contextlib.nullcontext())
+        # Each batch of frames is scaled once, here, and shared by the passes that read it.
+        x, next_x = self.online.scale(obs), self.online.scale(next_obs)
         with autocast:
             with torch.no_grad():
-                next_q_target = self.target(next_obs).float()
+                next_q_target = self.target.q_values(next_x).float()
             if self.double and self.fuse_forward:
-                q_both = self.forward(torch.cat([obs, next_obs])).float()
+                q_both = self.online_q(torch.cat([x, next_x])).float()
                 q, next_q_online = q_both[:b], q_both[b:].detach()
             else:
                 with torch.no_grad():
-                    next_q_online = self.forward(next_obs).float() if self.double else next_q_target
-                q = self.forward(obs).float()
+                    next_q_online = self.online_q(next_x).float() if self.double else next_q_target
+                q = self.online_q(x).float()
         targets = double_dqn_target(rewards, discounts, next_q_online, next_q_target, self.double)
         q_taken = q.gather(1, actions.unsqueeze(1)).squeeze(1)
         loss, td_errors = td_loss(q_taken, targets, weights)

@@ -75,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(
         f"done: {summary['steps']} agent steps, {summary['updates']} updates, {summary['episodes']} games, "
-        f"mean return (last 100) {summary['mean_return']:.2f}, {summary['sps']:.0f} agent steps/s\n"
+        f"mean return (last 100) {summary['mean_return']:.2f}, {summary['sps']:.0f} agent steps/s"
+        + (f" ({summary['learning_sps']:.0f} while learning)" if summary['learning_sps'] == summary['learning_sps'] else "")
+        + "\n"
         f"run folder: {summary['run_dir']}\ncheckpoint: {summary['checkpoint']}"
     )
     return 0

@@ -62,10 +62,19 @@ class QNetwork(nn.Module):
         self._channels_last = True
         return self
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.float() / 255.0
+    def scale(self, obs: torch.Tensor) -> torch.Tensor:
+        """``(B, S, H, W) uint8`` pixels -> ``(B, S, H, W) float32`` in ``[0, 1]``, in the memory order
+        the convolutions read (NHWC after `channels_last`).
+
+        The reorder is done on the ``uint8`` tensor (a quarter of the bytes) and the division in
+        place: one float32 tensor is made, not three.
+        """
         if self._channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
+            obs = obs.contiguous(memory_format=torch.channels_last)
+        return obs.float().div_(255.0)
+
+    def q_values(self, x: torch.Tensor) -> torch.Tensor:
+        """Q-values ``(B, A) float32`` of frames already put through `scale`."""
         x = self.torso(x)
         if not self.dueling:
             return self.head(x)
@@ -73,3 +82,6 @@ class QNetwork(nn.Module):
         advantage = self.advantage(x)
         # Subtracting the mean advantage makes V and A identifiable (Wang et al. 2016, eq. 9).
         return value + advantage - advantage.mean(dim=1, keepdim=True)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.q_values(self.scale(obs))
