@@ -66,6 +66,7 @@ def test_table_and_json(tmp_path):
     (["--replay", "--repeats", "0"], "--repeats 0 must be >= 1"),
     (["--replay", "--replay-envs", "x"], "invalid int value"),
     (["--replay", "--json"], "expected one argument"),
+    (["--update", "--update-preset", "nope"], "argument --update-preset: invalid choice: 'nope'"),
 ])
 def test_command_line_errors_are_one_line(capsys, argv, message):
     cli = load_cli()
@@ -85,10 +86,11 @@ def test_quick_sets_small_defaults_that_explicit_flags_override():
     assert args.replay_capacity == 2**20 and args.repeats == 5 and not args.quick
 
 
-def run_quick(capsys, tmp_path, section: str) -> list[dict]:
-    """Run one section with --quick through the command line; check the table and the JSON."""
+def run_quick(capsys, tmp_path, section: str, *extra: str) -> list[dict]:
+    """Run one section with --quick (and ``extra`` flags) through the command line; check the
+    table and the JSON."""
     path = tmp_path / "bench.json"
-    rows = load_cli().main([f"--{section}", "--quick", "--json", str(path)])
+    rows = load_cli().main([f"--{section}", "--quick", "--json", str(path), *extra])
     out = capsys.readouterr().out
     assert rows and json.loads(path.read_text()) == rows
     assert all(row["bench"] == section and row["value"] > 0 and row["unit"] for row in rows)
@@ -134,3 +136,11 @@ def test_quick_train_section(capsys, tmp_path):
 def test_every_section_has_flags_a_runner_and_quick_sizes():
     for name, module in SECTIONS.items():
         assert callable(module.add_arguments) and callable(module.run) and isinstance(module.QUICK, dict), name
+
+
+def test_quick_update_section(capsys, tmp_path):
+    rows = run_quick(capsys, tmp_path, "update", "--update-preset", "catch", "--update-threads", "1", "2")
+    assert [row["op"] for row in rows] == ["1 thread, fp32", "2 threads, fp32"]
+    assert all(row["unit"] == "ms/update" and row["value"] > 0 and row["batch_size"] == 32 for row in rows)
+    assert rows[0]["ratio"] == 1.0 and rows[1]["anchor"] == "1 thread, fp32"
+    assert "44 px, 128 hidden" in rows[0]["note"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import signal
 import sys
 
@@ -73,11 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         kept = trainer.run_dir / "checkpoints" / "latest.pt"
         print(f"error: {err}\nlast checkpoint: {kept if kept.exists() else 'none written yet'}", file=sys.stderr)
         return 1
+    learning = summary["learning_sps"]  # NaN when no update ran
     print(
         f"done: {summary['steps']} agent steps, {summary['updates']} updates, {summary['episodes']} games, "
         f"mean return (last 100) {summary['mean_return']:.2f}, {summary['sps']:.0f} agent steps/s"
-        + (f" ({summary['learning_sps']:.0f} while learning)" if summary['learning_sps'] == summary['learning_sps'] else "")
-        + "\n"
+        + (f" ({learning:.0f} while learning)" if math.isfinite(learning) else "") + "\n"
         f"run folder: {summary['run_dir']}\ncheckpoint: {summary['checkpoint']}"
     )
     return 0

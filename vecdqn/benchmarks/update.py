@@ -1,0 +1,111 @@
+"""``--update``: the cost of one learner update (`DQNAgent.update`, dueling double DQN) at a
+preset's network size, for each combination of torch threads, ``--amp`` and ``--compile``.
+
+This is the number a CPU run waits for: with one update per agent step it bounds the agent
+steps per second. Every variant is timed in each round (see `harness.interleaved`), so the
+``ratio`` column compares them on the same machine state; the anchor is the first variant
+(the first thread count, fp32, eager).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from vecdqn.benchmarks.harness import Row, interleaved
+
+__all__ = ["QUICK", "add_arguments", "run", "update_timer"]
+
+# --quick: one short timing per variant (the numbers mean little)
+QUICK = {"update_seconds": 0.1, "update_threads": [1], "update_amp": ["off"], "update_compile": ["off"]}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("--update section")
+    group.add_argument("--update", action="store_true",
+                       help="time one learner update at a preset's network size, per threads x amp x compile")
+    from vecdqn.presets import PRESETS
+
+    group.add_argument("--update-preset", default="pong", choices=list(PRESETS),
+                       help="preset whose env (for the number of actions), screen size, hidden size and batch "
+                            "size give the network and batch (default pong)")
+    group.add_argument("--update-threads", type=int, nargs="+", default=[1, 2],
+                       help="torch intra-op thread counts (default 1 2)")
+    group.add_argument("--update-amp", nargs="+", choices=["off", "bf16"], default=["off", "bf16"],
+                       help="autocast variants (default off bf16)")
+    group.add_argument("--update-compile", nargs="+", choices=["off", "on"], default=["off", "on"],
+                       help="torch.compile variants (default off on)")
+    group.add_argument("--update-seconds", type=float, default=3.0,
+                       help="seconds each variant is timed for in each round (default 3)")
+
+
+def update_timer(n_actions: int, screen_size: int, hidden_size: int, batch: int, threads: int, amp: str,
+                 compile: bool, seconds: float) -> Callable[[], float]:
+    """A candidate for `harness.interleaved`: builds the agent and one staged random batch
+    (``(B, 4, H, H) uint8`` frames) on first call, warms it up (compiling, if asked), then on
+    every call returns the mean milliseconds per update over at least ``seconds``."""
+    import torch
+
+    from vecdqn.agent import DQNAgent
+
+    state: dict = {}
+
+    def measure() -> float:
+        torch.set_num_threads(threads)
+        if not state:
+            agent = DQNAgent(n_actions, (4, screen_size, screen_size), torch.device("cpu"), hidden_size=hidden_size,
+                             seed=0, compile=compile, amp=amp)
+            rng = np.random.default_rng(0)
+            from types import SimpleNamespace
+
+            data = SimpleNamespace(
+                obs=rng.integers(0, 256, (batch, 4, screen_size, screen_size), dtype=np.uint8),
+                next_obs=rng.integers(0, 256, (batch, 4, screen_size, screen_size), dtype=np.uint8),
+                actions=rng.integers(0, n_actions, batch), rewards=rng.normal(size=batch).astype(np.float32),
+                discounts=np.full(batch, 0.98**3, np.float32), weights=np.ones(batch, np.float32),
+            )
+            state["agent"], state["batch"] = agent, agent.stage(data)
+            for _ in range(10):  # compile (if asked) and settle the allocator outside the timing
+                agent.update(state["batch"])
+        agent, staged = state["agent"], state["batch"]
+        count, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds or count < 3:
+            agent.update(staged)
+            count += 1
+        return (time.perf_counter() - start) / count * 1e3
+
+    return measure
+
+
+def run(args: argparse.Namespace) -> list[Row]:
+    """One row per variant: median ms per update over ``--repeats`` rounds, and its ratio to
+    the first variant."""
+    import torch
+
+    from vecdqn.config import Config
+    from vecdqn.preflight import check_env_starts
+    from vecdqn.presets import PRESETS
+
+    config = Config(**PRESETS[args.update_preset])
+    n_actions = check_env_starts(config)
+    seconds = args.update_seconds
+    variants = {}
+    for threads, amp, compiled in itertools.product(args.update_threads, args.update_amp, args.update_compile):
+        name = f"{threads} thread{'s' if threads > 1 else ''}, {'bf16' if amp == 'bf16' else 'fp32'}" + (
+            ", compile" if compiled == "on" else "")
+        variants[name] = update_timer(n_actions, config.screen_size, config.hidden_size, config.batch_size,
+                                      threads, amp, compiled == "on", seconds)
+    print(f"timing DQNAgent.update for --preset {args.update_preset} ({config.screen_size} px, "
+          f"{config.hidden_size} hidden, {n_actions} actions, batch {config.batch_size}): {len(variants)} variants "
+          f"x {args.repeats} rounds ...", flush=True)
+    anchor = next(iter(variants))
+    results = interleaved(args.repeats, variants, anchor)
+    torch.set_num_threads(max(args.update_threads))
+    return [{"bench": "update", "op": name, "impl": "vecdqn", "batch_size": config.batch_size, "value": value,
+             "unit": "ms/update", "ratio": ratio, "anchor": anchor,
+             "note": f"--preset {args.update_preset}: {config.screen_size} px, {config.hidden_size} hidden, cpu"}
+            for name, (value, ratio) in results.items()]
