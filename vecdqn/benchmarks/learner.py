@@ -51,16 +51,18 @@ def torch_threads(args: argparse.Namespace) -> int:
     return args.torch_threads or default_torch_threads(args.num_envs, device_type=select_device(args.device).type)
 
 
-def random_batch(batch: int, rng: np.random.Generator):
-    """A batch with the fields `DQNAgent.update` reads: ``obs, next_obs (B, 4, 84, 84) uint8``,
-    ``actions (B,) int64`` in 0..3, ``rewards``, ``discounts`` (γ³), ``weights (B,) float32``."""
+def random_batch(batch: int, rng: np.random.Generator, *, screen_size: int = 84, n_actions: int = 4,
+                 gamma: float = 0.99):
+    """A batch with the fields `DQNAgent.update` reads: ``obs, next_obs (B, 4, H, H) uint8``
+    (``H = screen_size``), ``actions (B,) int64`` in ``0..n_actions-1``, ``rewards``,
+    ``discounts`` (``gamma**3``), ``weights (B,) float32``."""
     from types import SimpleNamespace
 
+    shape = (batch, 4, screen_size, screen_size)
     return SimpleNamespace(
-        obs=rng.integers(0, 256, (batch, 4, 84, 84), dtype=np.uint8),
-        next_obs=rng.integers(0, 256, (batch, 4, 84, 84), dtype=np.uint8),
-        actions=rng.integers(0, 4, batch), rewards=rng.normal(size=batch).astype(np.float32),
-        discounts=np.full(batch, 0.99**3, np.float32), weights=np.ones(batch, np.float32),
+        obs=rng.integers(0, 256, shape, dtype=np.uint8), next_obs=rng.integers(0, 256, shape, dtype=np.uint8),
+        actions=rng.integers(0, n_actions, batch), rewards=rng.normal(size=batch).astype(np.float32),
+        discounts=np.full(batch, gamma**3, np.float32), weights=np.ones(batch, np.float32),
     )
 
 

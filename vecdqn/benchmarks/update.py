@@ -17,6 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from vecdqn.benchmarks.harness import Row, interleaved
+from vecdqn.benchmarks.learner import random_batch
 
 __all__ = ["QUICK", "add_arguments", "run", "update_timer"]
 
@@ -59,15 +60,8 @@ def update_timer(n_actions: int, screen_size: int, hidden_size: int, batch: int,
         if not state:
             agent = DQNAgent(n_actions, (4, screen_size, screen_size), torch.device("cpu"), hidden_size=hidden_size,
                              seed=0, compile=compile, amp=amp)
-            rng = np.random.default_rng(0)
-            from types import SimpleNamespace
-
-            data = SimpleNamespace(
-                obs=rng.integers(0, 256, (batch, 4, screen_size, screen_size), dtype=np.uint8),
-                next_obs=rng.integers(0, 256, (batch, 4, screen_size, screen_size), dtype=np.uint8),
-                actions=rng.integers(0, n_actions, batch), rewards=rng.normal(size=batch).astype(np.float32),
-                discounts=np.full(batch, 0.98**3, np.float32), weights=np.ones(batch, np.float32),
-            )
+            data = random_batch(batch, np.random.default_rng(0), screen_size=screen_size, n_actions=n_actions,
+                                gamma=0.98)
             state["agent"], state["batch"] = agent, agent.stage(data)
             for _ in range(10):  # compile (if asked) and settle the allocator outside the timing
                 agent.update(state["batch"])
