@@ -214,6 +214,15 @@ class Config:
     actor_block_steps: int = _f(32, "vector steps per block an actor ships (a block is this x --actor-envs "
                                     "agent steps)")
 
+    # --- tracking (Weights & Biases, through its own TensorBoard sync; needs the track extra) --
+    track: bool = _f(False, "also send the run to Weights & Biases: its config, every TensorBoard scalar (same tags, "
+                            "agent steps) and the evaluation videos; needs pip install -e \".[track]\" "
+                            "(WANDB_MODE=offline writes it locally for a later 'wandb sync')")
+    wandb_project: str = _f("vecdqn", "Weights & Biases project of a --track run")
+    wandb_entity: str = _f("", "Weights & Biases entity (user or team) of a --track run (empty: your default)")
+    wandb_group: str = _f("", "Weights & Biases group of a --track run, e.g. the seeds of one experiment or a "
+                              "tuning study (empty: none)")
+
     def validate(self) -> None:
         """Check every value that can be checked without starting an env.
 

@@ -36,7 +36,8 @@ WINDOW = 100
 # short (every schedule is in absolute agent steps) and a resume may raise it.
 NOT_EXPERIMENT = frozenset({
     "seed", "total_steps", "log_dir", "run_name", "resume", "device", "torch_threads", "compile",
-    "worker_timeout", "save_replay", "checkpoint_every", "log_every",
+    "worker_timeout", "save_replay", "checkpoint_every", "log_every", "track", "wandb_project", "wandb_entity",
+    "wandb_group",
 })
 
 

@@ -4,6 +4,9 @@ Tags: ``charts/episodic_return`` and ``charts/episodic_length`` (whole games, ra
 score, length in emulator frames), ``charts/epsilon``, ``charts/beta``, ``charts/learning_rate``,
 ``charts/SPS`` (agent steps per second), ``losses/td_loss``, ``losses/q_values``,
 ``replay/size``, ``replay/priority_max``. Every scalar's global step is the agent step.
+
+With ``--track`` the run also goes to Weights & Biases through wandb's own TensorBoard sync
+(`vecdqn.tracking`), started here right before the writer is created.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 from tqdm import tqdm
 
+from vecdqn import tracking
 from vecdqn.video import encode_gif
 
 
@@ -29,7 +33,8 @@ class MetricsLogger:
 
     Args:
         run_dir: the run's folder; event files go directly into it.
-        config: the run's resolved configuration, written once as text and as hparams.
+        config: the run's resolved configuration, written once as text and as hparams; with
+            ``track`` set, the run is also sent to Weights & Biases (`vecdqn.tracking.start`).
         total_steps: length of the run in agent steps (the bar's total).
         initial_step: agent step the run starts at (non-zero on resume).
         window: number of recent games the bar's and `mean_return`'s mean is taken over.
@@ -50,6 +55,8 @@ class MetricsLogger:
         episode_history: list[tuple[float, float]] | None = None,
         episodes: int = 0,
     ):
+        # --track: wandb's TensorBoard sync must patch the writer class before the writer exists.
+        self.tracking = tracking.start(run_dir, config) if config.get("track") else None
         # On resume, events a killed process wrote after the checkpoint's step are dropped, so
         # every curve has one value per step (the resumed run writes those steps again).
         self.writer = SummaryWriter(run_dir, purge_step=initial_step + 1 if initial_step else None)
@@ -122,9 +129,16 @@ class MetricsLogger:
         self._loss_count = 0
 
     def scalars(self, step: int, values: Mapping[str, float]) -> None:
-        """Write ``{tag: value}`` at agent step ``step``."""
+        """Write ``{tag: value}`` at agent step ``step``.
+
+        Evaluation results (``eval/*`` tags) are flushed to disk at once rather than up to the
+        writer's two minutes later: they are rare, and what a watcher acts on (``scripts/tune.py``
+        reports each one to its pruner while the run goes on).
+        """
         for tag, value in values.items():
             self.writer.add_scalar(tag, value, step)
+        if any(tag.startswith("eval/") for tag in values):
+            self.writer.flush()
 
     def video(self, tag: str, clip: np.ndarray, step: int, fps: float = 15.0) -> None:
         """Write a clip as an animated GIF (`vecdqn.video.encode_gif`), the encoding TensorBoard's
@@ -137,8 +151,11 @@ class MetricsLogger:
         """
         frames = np.asarray(clip, dtype=np.uint8)[0].transpose(0, 2, 3, 1)
         _, h, w, _ = frames.shape
-        image = Summary.Image(height=h, width=w, colorspace=3, encoded_image_string=encode_gif(frames, fps))
+        gif = encode_gif(frames, fps)
+        image = Summary.Image(height=h, width=w, colorspace=3, encoded_image_string=gif)
         self.writer.file_writer.add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
+        if self.tracking is not None:  # wandb's TensorBoard sync skips GIFs (see vecdqn.tracking)
+            self.tracking.video(tag, gif, step, fps)
 
     def sps(self, step: int) -> float:
         """Agent steps per second since the previous call; writes ``charts/SPS``."""
@@ -163,3 +180,6 @@ class MetricsLogger:
         self.bar.close()
         self.writer.flush()
         self.writer.close()
+        if self.tracking is not None:  # after the writer: wandb reads its last events first
+            self.tracking.finish()
+            self.tracking = None

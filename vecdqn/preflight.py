@@ -18,6 +18,7 @@ from vecdqn.device_replay import check_replay_device
 from vecdqn.model import QNetwork
 from vecdqn.replay import PrioritizedReplayBuffer
 from vecdqn.staging import check_amp
+from vecdqn.tracking import require_wandb
 from vecdqn.wrappers import check_env_options, make_env
 
 __all__ = ["ConfigError", "available_memory_bytes", "preflight"]
@@ -51,11 +52,17 @@ def available_memory_bytes() -> int | None:
 
 
 def preflight(config: Config, *, resuming: bool = False) -> None:
-    """Every check that needs no env worker: values, env id, log folder, replay memory.
+    """Every check that needs no env worker: values, ``--track``'s package, env id, log folder,
+    replay memory.
 
     Raises:
         ConfigError: one line naming the bad value and what to change.
     """
+    if config.track:
+        try:
+            require_wandb()
+        except ImportError as err:
+            raise ConfigError(str(err)) from None
     try:
         config.validate()
         check_env_options(config.env_id, config.env_options())
