@@ -1,0 +1,195 @@
+#!/usr/bin/env python
+"""Tune train.py's options with Optuna: each trial is an ordinary run under <log-dir>/<study>/.
+
+    python scripts/tune.py --study-name catch --n-trials 8 \\
+        --space learning_rate=1e-4:3e-3:log --space n_step=1:3 \\
+        -- --preset catch --total-steps 6000 --eval-every 1500
+
+The options after ``--`` are train.py's, fixed for every trial; each ``--space NAME=SPEC`` varies
+one more (``LOW:HIGH``, ``LOW:HIGH:log`` or ``A,B,...``; see `vecdqn.tuning.space`). The objective
+is the run's own periodic evaluation return (``--objective train``: the mean return of its last
+100 training games), reported at each evaluation so that the pruner stops hopeless trials early.
+The study is kept in SQLite (``<log-dir>/<study>/study.db``) or any SQLAlchemy URL (``--storage``):
+the same command again continues it. At the end: a table of the best trials and the train.py
+command line that reproduces the best one.
+
+Exit codes: 0 done; 1 every trial of this invocation failed; 2 bad input (one line on stderr,
+before any trial starts), optuna missing; 130/143 stopped by SIGINT/SIGTERM (the running trial
+checkpoints, exits and is marked failed; the same command continues the study).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+# Run from a source checkout without installing: make the package importable.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vecdqn.tuning import OPTUNA_MISSING, require_optuna  # noqa: E402
+from vecdqn.tuning.space import SpaceError, parse_space, read_space_file  # noqa: E402
+
+PROG = "tune.py"
+
+
+class UsageError(Exception):
+    """Bad command-line input: reported as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # argparse prints the whole usage too; one line is what this script promises.
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage=f"{PROG} [options] --space NAME=SPEC [--space ...] -- [train.py options]",
+        description="Tune train.py's options with Optuna. Each trial is an ordinary run under "
+        "<log-dir>/<study>/trial_<number> (TensorBoard, checkpoints); the options after -- are train.py's and are "
+        "the same for every trial.",
+        epilog="search space: NAME=LOW:HIGH (a range, ends included; integers for integer options), "
+        "NAME=LOW:HIGH:log (log scale, LOW > 0), NAME=A,B,... (choices; true,false for on/off options). NAME is "
+        "a train.py option (learning_rate, --learning-rate).\n\nexample:\n  python scripts/tune.py --study-name "
+        "catch --n-trials 8 --space learning_rate=1e-4:3e-3:log --space n_step=1:3 \\\n"
+        "      -- --preset catch --total-steps 6000 --eval-every 1500",
+    )
+    parser.add_argument("--space", action="append", default=[], metavar="NAME=SPEC",
+                        help="one dimension of the search space (repeat for more)")
+    parser.add_argument("--space-file", metavar="FILE",
+                        help="more dimensions, one NAME=SPEC per line ('#' starts a comment)")
+    parser.add_argument("--objective", choices=("eval", "train"), default="eval",
+                        help="eval: mean return of the run's periodic evaluation (the last one at the end; needs "
+                        "--eval-every); train: mean raw return of its last 100 training games (default: eval)")
+    parser.add_argument("--n-trials", type=int, default=20, metavar="N",
+                        help="trials to run in this invocation (default: 20)")
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                        help="start no trial after this many seconds (a running one finishes; default: none)")
+    parser.add_argument("--study-name", default="", metavar="NAME",
+                        help="the study (default: tune-<env id>); the same name continues it")
+    parser.add_argument("--storage", default="", metavar="URL",
+                        help="SQLAlchemy URL of the study's database, e.g. postgresql://host/db to share a study "
+                        "between machines (default: sqlite:///<log-dir>/<study>/study.db)")
+    parser.add_argument("--pruner", choices=("median", "threshold", "none"), default="median",
+                        help="median: stop a trial whose best value so far is below the median of earlier trials at "
+                        "the same agent step; threshold: stop one below --prune-below; none (default: median)")
+    parser.add_argument("--pruner-startup-trials", type=int, default=5, metavar="N",
+                        help="trials that finish before the median pruner stops any (default: 5)")
+    parser.add_argument("--pruner-warmup-steps", type=int, default=0, metavar="STEPS",
+                        help="agent steps of each trial before it can be stopped (default: 0)")
+    parser.add_argument("--prune-below", type=float, default=None, metavar="VALUE",
+                        help="--pruner threshold: stop a trial whose value is below this")
+    parser.add_argument("--sampler-seed", type=int, default=None, metavar="SEED",
+                        help="seed of the TPE sampler (default: none, i.e. random)")
+    parser.add_argument("--top", type=int, default=5, metavar="N", help="rows of the final table (default: 5)")
+    return parser
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """tune.py's own arguments and train.py's (those after the first ``--``)."""
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse bad values of tune.py's own options."""
+    if args.n_trials < 1:
+        raise UsageError(f"--n-trials {args.n_trials} must be at least 1")
+    if args.timeout is not None and not args.timeout > 0:
+        raise UsageError(f"--timeout {args.timeout} must be a positive number of seconds")
+    for name in ("pruner_startup_trials", "pruner_warmup_steps"):
+        if getattr(args, name) < 0:
+            raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)} must be >= 0")
+    if args.top < 1:
+        raise UsageError(f"--top {args.top} must be at least 1")
+    if (args.pruner == "threshold") != (args.prune_below is not None):
+        raise UsageError("--prune-below goes with --pruner threshold, and --pruner threshold needs --prune-below")
+    if args.study_name and ("/" in args.study_name or args.study_name in (".", "..")):
+        raise UsageError(f"--study-name {args.study_name!r} must be a plain folder name (no '/')")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry; see the module docstring for the exit codes."""
+    own, train_options = split_argv(sys.argv[1:] if argv is None else list(argv))
+    try:
+        args = build_parser().parse_args(own)
+        check_args(args)
+        require_optuna()
+        specs = list(args.space) + (read_space_file(args.space_file) if args.space_file else [])
+        dims = parse_space(specs)
+    except ImportError:
+        print(f"{PROG}: error: {OPTUNA_MISSING}", file=sys.stderr)
+        return 2
+    except (UsageError, SpaceError) as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 2
+    return tune(args, dims, train_options)
+
+
+def tune(args: argparse.Namespace, dims: list, train_options: list[str]) -> int:
+    """Check the fixed options and the space against train.py, open the study, run the trials,
+    print the table and the best command line."""
+    # Optuna, torch and the env: imported after the cheap checks above.
+    import optuna
+
+    from vecdqn.preflight import ConfigError, preflight
+    from vecdqn.tuning.study import StudyInterrupted, TrialFailed, TrialRunner, make_pruner, open_study, results_table
+    from vecdqn.tuning.train_command import CommandError, TrainCommand
+
+    try:
+        command = TrainCommand.parse(train_options)
+        config = command.config
+        if args.objective == "eval" and not 0 < config.eval_every <= config.total_steps:
+            raise UsageError(f"--objective eval needs periodic evaluations, but --eval-every is {config.eval_every} "
+                             f"with --total-steps {config.total_steps}; give train.py an --eval-every of at most "
+                             "--total-steps after --, or use --objective train")
+        command.check_space(dims)
+        preflight(config)  # the env starts, the log folder is writable, --track's package is there, ...
+        name = args.study_name or "tune-" + config.env_id.replace("/", "-")
+        study_dir = Path(config.log_dir) / name
+        study_dir.mkdir(parents=True, exist_ok=True)
+        storage = args.storage or f"sqlite:///{study_dir / 'study.db'}"
+        optuna.logging.set_verbosity(optuna.logging.ERROR)  # one line per event is printed below instead
+        pruner = make_pruner(args.pruner, args.pruner_startup_trials, args.pruner_warmup_steps, args.prune_below)
+        study = open_study(name, storage, pruner, seed=args.sampler_seed, objective=args.objective,
+                           train_options=train_options)
+    except (UsageError, CommandError, ConfigError, ValueError, OSError) as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 2
+    extra = {"wandb_group": name} if config.track and not config.wandb_group else {}
+    runner = TrialRunner(command, dims, args.objective, study_dir, say=lambda line: print(line, flush=True),
+                         extra=extra)
+    before = len(study.trials)
+    print(f"study {name} ({storage}): {before} trials so far; running {args.n_trials} more"
+          + (f" for at most {args.timeout:g} s" if args.timeout else ""), flush=True)
+    runner.install()
+    try:
+        study.optimize(runner, n_trials=args.n_trials, timeout=args.timeout, catch=(TrialFailed,))
+    except (StudyInterrupted, KeyboardInterrupt) as stop:
+        code = stop.exit_code if isinstance(stop, StudyInterrupted) else 130
+        print(f"{PROG}: stopped; the running trial was checkpointed and marked failed. Continue the study with the "
+              "same command.", file=sys.stderr)
+        return code
+    finally:
+        runner.uninstall()
+    print("\n" + results_table(study, dims, args.top))
+    finished = [t for t in study.trials[before:] if t.state != optuna.trial.TrialState.FAIL]
+    try:
+        best = study.best_trial
+    except ValueError:  # no finished trial yet
+        best = None
+    if best is not None:
+        print(f"\nbest: trial {best.number}, {best.value:.4g}; reproduce it with:\n  {best.user_attrs['command']}")
+    if not finished:
+        print(f"{PROG}: error: every trial of this invocation failed; see their train.log", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""Hyperparameter tuning of ``train.py`` runs with Optuna (``scripts/tune.py``).
+
+Modules: `space` (the search space: ``--space NAME=LOW:HIGH[:log]`` or ``NAME=A,B,...``),
+`train_command` (each trial's ``train.py`` command line, checked with train.py's own parser before
+any trial), `trial_run` (a trial as a ``train.py`` child process, followed through its event file),
+`study` (the Optuna study: storage, pruner, the objective, the table of the best trials).
+
+Optuna is an optional dependency (``pip install -e ".[tune]"``): importing this package does not
+import it; `require_optuna` says what to install.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+__all__ = ["OPTUNA_MISSING", "require_optuna"]
+
+OPTUNA_MISSING = 'the optuna package is not installed; scripts/tune.py needs it: pip install -e ".[tune]"'
+
+
+def require_optuna() -> None:
+    """Raise ``ImportError(OPTUNA_MISSING)`` when Optuna cannot be imported (checked without
+    importing it)."""
+    try:
+        found = importlib.util.find_spec("optuna") is not None
+    except (ImportError, ValueError):  # a None entry in sys.modules (tests simulate that)
+        found = False
+    if not found:
+        raise ImportError(OPTUNA_MISSING)

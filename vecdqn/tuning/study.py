@@ -1,0 +1,266 @@
+"""The Optuna study: its storage and pruner, the objective that runs one trial, the results.
+
+A trial samples one value per dimension, runs ``train.py`` with them as an ordinary run
+(``<log-dir>/<study>/trial_<number>``, see `vecdqn.tuning.trial_run`), reports the objective at
+each periodic evaluation (``trial.report(value, agent step)``) and stops the run (SIGINT:
+checkpoint, exit) as soon as the pruner says so. The objective is the mean return of the run's own
+periodic evaluation (the last one for a finished run), or, with ``objective="train"``, the mean raw
+return of the last 100 training games.
+
+The study lives in a database (SQLite by default, any SQLAlchemy URL), so a second invocation
+with the same name continues it, and several machines can share one. Trial states stay consistent
+when the tuner is stopped: a Ctrl-C (or SIGTERM) is forwarded to the running trial, which
+checkpoints and exits; the trial is then marked failed (its run can be resumed by hand) and the
+tuner exits 130 (143). A tuner killed outright leaves its trial "running" in the database;
+Optuna's heartbeat marks it failed when the study is next run.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from vecdqn.tuning.space import Dimension
+from vecdqn.tuning.train_command import TrainCommand
+from vecdqn.tuning.trial_run import EventFollower, TrialProcess
+
+__all__ = ["StudyInterrupted", "TrialFailed", "TrialRunner", "make_pruner", "open_study", "results_table"]
+
+# Seconds between heartbeats of a running trial, and after which a silent one counts as dead
+# (a tuner killed outright; see the module docstring).
+HEARTBEAT_S = 60
+GRACE_S = 180
+
+OBJECTIVE_LABELS = {"eval": "eval return", "train": "training return (last 100 games)"}
+
+
+class TrialFailed(Exception):
+    """A trial's run ended without a result (train.py failed); the study goes on."""
+
+
+class StudyInterrupted(Exception):
+    """The tuner was stopped by a signal while a trial ran; that trial is marked failed."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def make_pruner(kind: str, startup_trials: int = 5, warmup_steps: int = 0,
+                prune_below: float | None = None) -> optuna.pruners.BasePruner:
+    """The pruner that decides, at each reported evaluation, whether a trial stops.
+
+    Args:
+        kind: ``"median"`` (stop a trial whose best value so far is below the median of earlier
+            trials' values at the same agent step), ``"threshold"`` (stop one whose value is
+            below ``prune_below``) or ``"none"``.
+        startup_trials: trials that finish unpruned before the median pruner starts.
+        warmup_steps: agent steps of each trial before any pruning.
+        prune_below: the threshold pruner's lower bound (objective units).
+
+    Raises:
+        ValueError: an unknown kind, or ``"threshold"`` without ``prune_below``.
+    """
+    if kind == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=startup_trials, n_warmup_steps=warmup_steps)
+    if kind == "threshold":
+        if prune_below is None:
+            raise ValueError("--pruner threshold needs --prune-below VALUE")
+        return optuna.pruners.ThresholdPruner(lower=prune_below, n_warmup_steps=warmup_steps)
+    if kind == "none":
+        return optuna.pruners.NopPruner()
+    raise ValueError(f"--pruner {kind!r} is not one of median, threshold, none")
+
+
+def open_study(name: str, storage_url: str, pruner: optuna.pruners.BasePruner, *, seed: int | None = None,
+               objective: str, train_options: list[str]) -> optuna.Study:
+    """Create the study, or load it if the storage holds one of that name.
+
+    A loaded study must have been run with the same objective and fixed ``train.py`` options:
+    trials of different budgets or objectives are not comparable.
+
+    Args:
+        seed: the sampler's seed; offset by the number of trials so far, so a resumed study does
+            not sample its first trials' values again.
+
+    Raises:
+        ValueError: the storage cannot be opened, or the study was run with another objective or
+            other fixed options.
+    """
+    try:
+        storage = optuna.storages.RDBStorage(storage_url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
+    except Exception as err:  # SQLAlchemy's and the driver's errors alike
+        raise ValueError(f"--storage {storage_url}: cannot open it ({type(err).__name__}: "
+                         f"{str(err).splitlines()[0] if str(err) else ''})") from None
+    study = optuna.create_study(study_name=name, storage=storage, direction="maximize", pruner=pruner,
+                                load_if_exists=True)
+    saved = study.user_attrs
+    if not saved:
+        study.set_user_attr("objective", objective)
+        study.set_user_attr("train_options", list(train_options))
+    elif saved.get("objective") != objective:
+        raise ValueError(f"study {name!r} optimizes the {saved.get('objective')} objective, not {objective}; give "
+                         f"--objective {saved.get('objective')} to continue it, or another --study-name")
+    elif saved.get("train_options") != list(train_options):
+        raise ValueError(f"study {name!r} was run with the train.py options {' '.join(saved['train_options'])!r}, "
+                         "not these; give the same options after -- to continue it, or another --study-name")
+    study.sampler = optuna.samplers.TPESampler(seed=None if seed is None else seed + len(study.trials))
+    return study
+
+
+class TrialRunner:
+    """The objective: one trial as one ``train.py`` run; also the tuner's SIGINT/SIGTERM handler.
+
+    Args:
+        command: the study's fixed ``train.py`` options.
+        dims: the search space.
+        objective: ``"eval"`` or ``"train"`` (see the module docstring).
+        study_dir: the folder of the trials' run folders.
+        say: prints one line of progress.
+        extra: ``train.py`` options every trial gets besides its parameters (e.g. a W&B group).
+        poll_s: seconds between reads of the running trial's event file.
+        grace_s: seconds a stopped trial may take to checkpoint and exit before it is killed.
+    """
+
+    def __init__(self, command: TrainCommand, dims: list[Dimension], objective: str, study_dir: Path,
+                 say: Callable[[str], None], *, extra: dict[str, Any] | None = None, poll_s: float = 0.5,
+                 grace_s: float = 300.0):
+        self.command = command
+        self.dims = dims
+        self.objective = objective
+        self.study_dir = study_dir
+        self.say = say
+        self.extra = extra or {}
+        self.poll_s = poll_s
+        self.grace_s = grace_s
+        self.signum: int | None = None
+        self.current: TrialProcess | None = None
+        self._previous: dict[int, Any] = {}
+
+    # -- signals -----------------------------------------------------------------------------------
+    def install(self) -> None:
+        """Handle SIGINT/SIGTERM: forward them to a running trial, else stop at once."""
+        for s in (signal.SIGINT, signal.SIGTERM):
+            self._previous[s] = signal.signal(s, self._on_signal)
+
+    def uninstall(self) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous.clear()
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self.signum is None:
+            self.signum = signum
+        if self.current is not None:
+            # The first signal asks the trial to checkpoint and exit; a second one stops it at once.
+            # The objective sees `signum` and ends the trial (marked failed) once the child exits.
+            self.current.interrupt(signum)
+            return
+        raise KeyboardInterrupt  # between trials: nothing runs that needs to end first
+
+    # -- the objective ---------------------------------------------------------------------------
+    def __call__(self, trial: optuna.Trial) -> float:
+        """Run one trial; returns its objective value.
+
+        Raises:
+            optuna.TrialPruned: the pruner stopped it (its run is checkpointed).
+            TrialFailed: its run failed (train.py's last error line is the message).
+            StudyInterrupted: the tuner was stopped meanwhile.
+        """
+        if self.signum is not None:
+            raise StudyInterrupted(self.signum)
+        params = {dim.name: dim.suggest(trial) for dim in self.dims}
+        name = f"trial_{trial.number:04d}"
+        run_dir = self.study_dir / name
+        trial.set_user_attr("run_dir", str(run_dir))
+        trial.set_user_attr("command", self.command.reproduce(params))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        shown = " ".join(f"{k}={_short(v)}" for k, v in params.items())
+        self.say(f"trial {trial.number}: {shown} -> {run_dir}")
+        argv = self.command.argv(params, log_dir=str(self.study_dir), run_name=name, **self.extra)
+        proc = TrialProcess(argv, run_dir / "train.log", grace_s=self.grace_s)
+        started = time.monotonic()
+        self.current = proc
+        try:
+            proc.start()
+            code = self._follow(trial, proc, EventFollower(run_dir, self.objective))
+        finally:
+            self.current = None
+            proc.close()
+        minutes = (time.monotonic() - started) / 60
+        value = EventFollower(run_dir, self.objective).final_value() if code == 0 else None
+        if value is None:
+            why = (f"train.py exited with code {code} after {minutes:.1f} min: {proc.error_line()}" if code != 0 else
+                   f"its run logged no {OBJECTIVE_LABELS[self.objective]}")
+            self.say(f"trial {trial.number}: failed: {why} (see {run_dir / 'train.log'})")
+            raise TrialFailed(why)
+        self.say(f"trial {trial.number}: done in {minutes:.1f} min, {OBJECTIVE_LABELS[self.objective]} {value:.4g}")
+        return value
+
+    def _follow(self, trial: optuna.Trial, proc: TrialProcess, follower: EventFollower) -> int:
+        """Report each evaluation until the run exits; prune or stop it on the way.
+
+        Returns:
+            the run's exit code.
+        """
+        label = OBJECTIVE_LABELS[self.objective]
+        while True:
+            code = proc.poll()
+            for step, value in follower.new_values():
+                trial.report(value, step)
+                line = f"trial {trial.number}: {label} {value:.4g} at agent step {step:,}"
+                # A run that has exited is complete: its last values are reported, not pruned.
+                if code is None and self.signum is None and trial.should_prune():
+                    self.say(line + f"; pruned ({type(trial.study.pruner).__name__})")
+                    trial.set_user_attr("pruned_at_step", step)
+                    proc.interrupt()
+                    proc.wait(self.grace_s)
+                    raise optuna.TrialPruned(f"{label} {value:.4g} at agent step {step}")
+                self.say(line)
+            if self.signum is not None:
+                if proc.signals_sent == 0:  # the signal came before the child was started
+                    proc.interrupt(self.signum)
+                self.say(f"trial {trial.number}: stopping its run ({signal.Signals(self.signum).name}); it "
+                         "checkpoints and exits")
+                proc.wait(self.grace_s)
+                raise StudyInterrupted(self.signum)
+            if code is not None:
+                return code
+            time.sleep(self.poll_s)
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def results_table(study: optuna.Study, dims: list[Dimension], top: int = 5) -> str:
+    """A Markdown table of the ``top`` best finished trials (highest value first), with one
+    column per dimension of this space, and a line counting the trials by state."""
+    trials = study.get_trials(deepcopy=False)
+    counts: dict[str, int] = {}
+    for t in trials:
+        counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
+    label = OBJECTIVE_LABELS.get(study.user_attrs.get("objective", "eval"), "value")
+    summary = f"study {study.study_name}: {len(trials)} trials (" + ", ".join(
+        f"{n} {state}" for state, n in sorted(counts.items())) + ")"
+    done = sorted((t for t in trials if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None
+                   and math.isfinite(t.value)), key=lambda t: (-t.value, t.number))[:top]
+    if not done:
+        return summary + "; none finished yet"
+    names = [d.name for d in dims]
+    head = ["trial", label, *names, "run folder"]
+    rows = [[str(t.number), f"{t.value:.4g}", *(_short(t.params[n]) if n in t.params else "·" for n in names),
+             t.user_attrs.get("run_dir", "")] for t in done]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return summary + "\n\n" + "\n".join(lines)

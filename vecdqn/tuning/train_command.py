@@ -1,0 +1,111 @@
+"""The ``train.py`` command line of a trial: the study's fixed options plus one value per dimension.
+
+The fixed options are what follows ``--`` on ``tune.py``'s command line, exactly as ``train.py``
+takes them (``--preset catch --total-steps 8000 ...``). They and every end of the search space are
+parsed and validated by ``train.py``'s own parser before any trial starts, so a trial never fails
+on a value the space could have been told to avoid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from vecdqn.cli import build_parser, explicit_options, parse_args
+from vecdqn.config import Config, option_flag
+from vecdqn.tuning.space import FIXED_BY_TUNER, Dimension, option_flags
+
+__all__ = ["CommandError", "TrainCommand"]
+
+
+class CommandError(ValueError):
+    """Fixed options or a space that ``train.py`` refuses (one line: what and why)."""
+
+
+def _parse(argv: list[str]) -> Config:
+    """``argv`` parsed and validated as ``train.py`` does it.
+
+    Raises:
+        CommandError: ``train.py``'s own one-line message, without its ``error:`` prefix.
+    """
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            return parse_args(argv)
+    except SystemExit:
+        lines = said.getvalue().strip().splitlines() or ["train.py refused these options"]
+        message = lines[-1].removeprefix("train.py: ").removeprefix("error: ")
+        raise CommandError(message.removesuffix(" (see train.py --help)")) from None
+
+
+@dataclass
+class TrainCommand:
+    """The fixed ``train.py`` options of a study and what they resolve to.
+
+    Attributes:
+        options: the fixed options, as given after ``--``.
+        config: their resolved configuration (preset applied, validated).
+    """
+
+    options: list[str]
+    config: Config
+
+    @classmethod
+    def parse(cls, options: list[str]) -> TrainCommand:
+        """Parse and validate the fixed options.
+
+        Raises:
+            CommandError: an option ``train.py`` refuses, or one the tuner sets itself
+                (``--run-name``, ``--resume``).
+        """
+        given = explicit_options(build_parser(), options)
+        for name in ("run_name", "resume"):
+            if name in given:
+                raise CommandError(f"{option_flag(name)} cannot be a fixed option: the tuner starts each trial as a "
+                                   "new run named <study>/trial_<number>")
+        return cls(list(options), _parse(list(options)))
+
+    def check_space(self, dims: list[Dimension]) -> None:
+        """Every end (or choice) of every dimension, each alone and the low and high ends all
+        together, as ``train.py`` would take them with the fixed options.
+
+        Raises:
+            CommandError: naming the dimension, the value and ``train.py``'s reason; or a
+                dimension that a fixed option also sets.
+        """
+        given = explicit_options(build_parser(), self.options)
+        for dim in dims:
+            if dim.name in given:
+                raise CommandError(f"--space {dim.spec}: {option_flag(dim.name)} is also a fixed option after --; give "
+                                   "it in one place")
+            assert dim.name not in FIXED_BY_TUNER  # parse_dimension refuses these
+            for what, value in dim.ends:
+                try:
+                    _parse(self.options + option_flags(dim.name, value))
+                except CommandError as err:
+                    raise CommandError(f"--space {dim.spec}: its {what} does not work with the fixed options: "
+                                       f"{err}") from None
+        for end in ("low", "high"):
+            ranges = [d for d in dims if d.kind != "choice"]
+            if len(ranges) > 1:
+                values = {d.name: getattr(d, end) for d in ranges}
+                try:
+                    _parse(self.argv(values))
+                except CommandError as err:
+                    shown = " ".join(d.spec for d in ranges)
+                    raise CommandError(f"--space {shown}: their {end} ends together do not work: {err}") from None
+
+    def argv(self, params: dict[str, Any], **tuner: Any) -> list[str]:
+        """The fixed options, then each parameter, then ``tuner``'s options (``log_dir``,
+        ``run_name``) as ``train.py`` arguments."""
+        out = list(self.options)
+        for name, value in {**params, **tuner}.items():
+            out += option_flags(name, value)
+        return out
+
+    def reproduce(self, params: dict[str, Any]) -> str:
+        """The ``train.py`` command line that runs these parameters again (in a new run folder)."""
+        return "python scripts/train.py " + shlex.join(self.argv(params))
