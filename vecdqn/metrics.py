@@ -151,11 +151,8 @@ class MetricsLogger:
         """
         frames = np.asarray(clip, dtype=np.uint8)[0].transpose(0, 2, 3, 1)
         _, h, w, _ = frames.shape
-        gif = encode_gif(frames, fps)
-        image = Summary.Image(height=h, width=w, colorspace=3, encoded_image_string=gif)
+        image = Summary.Image(height=h, width=w, colorspace=3, encoded_image_string=encode_gif(frames, fps))
         self.writer.file_writer.add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
-        if self.tracking is not None:  # wandb's TensorBoard sync skips GIFs (see vecdqn.tracking)
-            self.tracking.video(tag, gif, step, fps)
 
     def sps(self, step: int) -> float:
         """Agent steps per second since the previous call; writes ``charts/SPS``."""

@@ -4,12 +4,8 @@ Nothing here logs a scalar. `start` calls ``wandb.init(sync_tensorboard=True)`` 
 `SummaryWriter` exists (`vecdqn.metrics.MetricsLogger` calls it right before creating the
 writer); wandb patches TensorBoard's event-file writer and reads back every event the run writes,
 so W&B shows the same tags at the same steps (agent steps, as ``global_step``) as TensorBoard,
-with no second logging path to keep in sync. The run's resolved configuration goes to
-``wandb.init(config=...)``.
-
-The one thing added by hand is the evaluation video: TensorBoard's sync turns image summaries
-into W&B images but decodes only PNG and JPEG, so the animated GIF that `MetricsLogger.video`
-writes is logged again as a ``wandb.Video`` under the same tag and agent step.
+the evaluation videos included (TensorBoard's animated GIFs become W&B images), with no second
+logging path to keep in sync. The run's resolved configuration goes to ``wandb.init(config=...)``.
 
 A resumed run continues the same W&B run: the run id is kept in the run folder
 (`RUN_ID_FILE`) and passed back with ``resume="allow"``. ``WANDB_MODE=offline`` writes the run
@@ -22,8 +18,9 @@ import it; `require_wandb` says what to install.
 from __future__ import annotations
 
 import importlib.util
-import io
 import os
+import secrets
+import string
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -55,6 +52,11 @@ def run_id(run_dir: str | os.PathLike[str]) -> str | None:
     return path.read_text().strip() or None
 
 
+def new_run_id() -> str:
+    """A fresh W&B run id: 8 random lowercase letters and digits (W&B's own form)."""
+    return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+
+
 class Tracking:
     """One W&B run, started by `start`: what the logger needs from it besides the TensorBoard sync.
 
@@ -69,16 +71,6 @@ class Tracking:
     def id(self) -> str:
         """The W&B run id (the same across resumes)."""
         return str(self.run.id)
-
-    def video(self, tag: str, gif: bytes, step: int, fps: float) -> None:
-        """Log an encoded animated GIF as a ``wandb.Video`` at agent step ``step``.
-
-        With ``sync_tensorboard`` wandb refuses an explicit ``step=``; the agent step goes in the
-        row as ``global_step``, the step key of the synced scalars.
-        """
-        import wandb
-
-        self.run.log({tag: wandb.Video(io.BytesIO(gif), fps=int(round(fps)), format="gif"), "global_step": step})
 
     def finish(self) -> None:
         """Finish the W&B run after the writer has closed: wandb reads the last events first."""
@@ -105,7 +97,7 @@ def start(run_dir: str | os.PathLike[str], config: Mapping[str, Any]) -> Trackin
     folder = Path(run_dir)
     known = run_id(folder)
     if known is None:
-        known = wandb.util.generate_id()
+        known = new_run_id()
         (folder / RUN_ID_FILE).write_text(known + "\n")
     run = wandb.init(
         project=config.get("wandb_project") or None,

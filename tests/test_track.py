@@ -1,0 +1,167 @@
+"""--track: Weights & Biases through its own TensorBoard sync, offline (no network, no account).
+
+The W&B run is read back from its local transaction log (``run-<id>.wandb``: a LevelDB-style log
+of protobuf records) and compared with the TensorBoard event file of the same run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from vecdqn import cli
+from vecdqn.tracking import RUN_ID_FILE
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN = str(ROOT / "scripts" / "train.py")
+
+# A Catch run of a few seconds with two evaluations (so a video too) and a checkpoint at the end.
+CATCH = ["--preset", "catch", "--num-envs", "2", "--buffer-size", "2000", "--learning-starts", "100",
+         "--hidden-size", "32", "--log-every", "100", "--eval-every", "300", "--eval-episodes", "2"]
+
+
+def test_track_without_wandb_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # what `import wandb` does without the package
+    code = cli.main([*CATCH, "--total-steps", "600", "--track", "--log-dir", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and 'pip install -e ".[track]"' in err
+    assert not any(tmp_path.iterdir())  # checked before any worker or run folder
+
+
+def read_wandb_log(path: Path) -> list:
+    """The records of a ``.wandb`` file: a 7-byte header, then 32 KiB blocks of records (crc32
+    uint32, length uint16, type uint8: 1 full, 2 first, 3 middle, 4 last; data), zero-padded."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    records, pending, i = [], b"", 7
+    while i + 7 <= len(data):
+        if 32768 - i % 32768 < 7:  # block trailer
+            i += 32768 - i % 32768
+            continue
+        _, length, kind = struct.unpack("<IHB", data[i:i + 7])
+        if kind == 0:  # padding
+            i += 32768 - i % 32768
+            continue
+        chunk, i = data[i + 7:i + 7 + length], i + 7 + length
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            records.append(record)
+    return records
+
+
+def wandb_history(records: list) -> list[dict]:
+    """Each history row of the run as ``{key: value}`` (``/``-joined nested keys)."""
+    rows = []
+    for record in records:
+        kind = record.WhichOneof("record_type")
+        items = None
+        if kind == "history":
+            items = record.history.item
+        elif kind == "request" and record.request.WhichOneof("request_type") == "partial_history":
+            items = record.request.partial_history.item
+        if items is not None:
+            rows.append({(item.key or "/".join(item.nested_key)): json.loads(item.value_json) for item in items})
+    return rows
+
+
+def wandb_config(records: list) -> dict:
+    config = {}
+    for record in records:
+        if record.WhichOneof("record_type") == "config":
+            for item in record.config.update:
+                config[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
+        if record.WhichOneof("record_type") == "run" and record.run.config.update:
+            for item in record.run.config.update:
+                config[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
+    return config
+
+
+def tensorboard_scalars(run_dir: Path, after: int = -1) -> dict[str, dict[int, float]]:
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: {e.step: e.value for e in acc.Scalars(tag) if e.step > after} for tag in acc.Tags()["scalars"]}
+
+
+def synced_scalars(rows: list[dict], tags: set[str]) -> dict[str, dict[int, float]]:
+    out: dict[str, dict[int, float]] = {}
+    for row in rows:
+        for key, value in row.items():
+            if key in tags:
+                out.setdefault(key, {})[row["global_step"]] = value
+    return out
+
+
+def offline_run(wandb_dir: Path, run_id: str, nth: int = 0) -> Path:
+    runs = sorted((wandb_dir / "wandb").glob(f"offline-run-*-{run_id}"))
+    assert len(runs) > nth, sorted(p.name for p in (wandb_dir / "wandb").iterdir())
+    return runs[nth]
+
+
+def run_train(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, TRAIN, *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1", **env})
+
+
+def test_offline_track_mirrors_tensorboard_and_resumes_the_same_run(tmp_path):
+    pytest.importorskip("wandb")
+    wandb_dir = tmp_path / "wandb-files"
+    wandb_dir.mkdir()
+    env = {"WANDB_MODE": "offline", "WANDB_DIR": str(wandb_dir), "WANDB_SILENT": "true",
+           "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"), "WANDB_CACHE_DIR": str(tmp_path / "wandb-cache")}
+    done = run_train(*CATCH, "--total-steps", "600", "--track", "--wandb-project", "vecdqn-test",
+                     "--wandb-group", "tests", "--log-dir", str(tmp_path / "runs"), "--run-name", "tracked", env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_dir = tmp_path / "runs" / "tracked"
+    run_id = (run_dir / RUN_ID_FILE).read_text().strip()
+    first = offline_run(wandb_dir, run_id)
+    records = read_wandb_log(first / f"run-{run_id}.wandb")
+
+    # The run: its name, project and group; the resolved configuration.
+    (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"][:1]
+    assert (run.run_id, run.display_name, run.project, run.run_group) == (run_id, "tracked", "vecdqn-test", "tests")
+    config = wandb_config(records)
+    saved = json.loads((run_dir / "config.json").read_text())
+    for key in ("env_id", "total_steps", "learning_rate", "eval_every", "track"):
+        assert config[key] == saved[key], key
+
+    # Every TensorBoard scalar under the same tag, at the same agent steps, with the same value.
+    board = tensorboard_scalars(run_dir)
+    rows = wandb_history(records)
+    synced = synced_scalars(rows, set(board))
+    assert set(synced) == set(board)
+    for tag, points in board.items():
+        assert synced[tag] == pytest.approx(points), tag
+    assert sorted(board["eval/return_mean"]) == [300, 600]
+    # The evaluation videos (TensorBoard's animated GIFs) at their agent steps, as W&B images.
+    videos = [row for row in rows if "eval/video/_type" in row]
+    assert [row["global_step"] for row in videos] == [300, 600]
+    assert all(row["eval/video/format"] == "gif" and row["eval/video/count"] == 1 for row in videos)
+    for row in videos:
+        (gif,) = row["eval/video/filenames"]
+        assert (first / "files" / gif).read_bytes()[:6] == b"GIF89a"
+
+    # Resume: the same W&B run id, a second local part holding the steps after the checkpoint.
+    done = run_train("--resume", str(run_dir), "--total-steps", "900", env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (run_dir / RUN_ID_FILE).read_text().strip() == run_id
+    second = offline_run(wandb_dir, run_id, nth=1)
+    records = read_wandb_log(second / f"run-{run_id}.wandb")
+    assert [r.run.run_id for r in records if r.WhichOneof("record_type") == "run"][0] == run_id
+    board = tensorboard_scalars(run_dir, after=600)
+    synced = synced_scalars(wandb_history(records), set(board))
+    assert board["eval/return_mean"].keys() == {900}
+    for tag, points in board.items():
+        if points:
+            assert {s: v for s, v in synced.get(tag, {}).items() if s > 600} == pytest.approx(points), tag
+    assert wandb_config(records)["total_steps"] == 900
