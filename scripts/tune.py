@@ -138,7 +138,15 @@ def tune(args: argparse.Namespace, dims: list, train_options: list[str]) -> int:
     import optuna
 
     from vecdqn.preflight import ConfigError, preflight
-    from vecdqn.tuning.study import StudyInterrupted, TrialFailed, TrialRunner, make_pruner, open_study, results_table
+    from vecdqn.tuning.study import (
+        OBJECTIVE_LABELS,
+        StudyInterrupted,
+        TrialFailed,
+        TrialRunner,
+        make_pruner,
+        open_study,
+        results_table,
+    )
     from vecdqn.tuning.train_command import CommandError, TrainCommand
 
     try:
@@ -184,7 +192,9 @@ def tune(args: argparse.Namespace, dims: list, train_options: list[str]) -> int:
     except ValueError:  # no finished trial yet
         best = None
     if best is not None:
-        print(f"\nbest: trial {best.number}, {best.value:.4g}; reproduce it with:\n  {best.user_attrs['command']}")
+        label = OBJECTIVE_LABELS[args.objective]
+        print(f"\nbest: trial {best.number} ({label} {best.value:.4g}); reproduce it with:\n"
+              f"  {best.user_attrs['command']}")
     if not finished:
         print(f"{PROG}: error: every trial of this invocation failed; see their train.log", file=sys.stderr)
         return 1

@@ -21,7 +21,9 @@ FORBIDDEN = {
     "vector": {"torch", "vecdqn.agent", "vecdqn.model", "vecdqn.replay", "vecdqn.trainer", "vecdqn.metrics"},
     "model": {"gymnasium", "ale_py", "cv2", "vecdqn.replay", "vecdqn.wrappers", "vecdqn.trainer"},
     "agent": {"gymnasium", "ale_py", "cv2", "vecdqn.replay", "vecdqn.wrappers", "vecdqn.vector", "vecdqn.trainer"},
-    "metrics": {"gymnasium", "ale_py", "vecdqn.agent", "vecdqn.replay", "vecdqn.trainer"},
+    "metrics": {"gymnasium", "ale_py", "vecdqn.agent", "vecdqn.replay", "vecdqn.trainer", "wandb"},
+    # wandb is optional and imported lazily, by tracking alone; it logs no scalar of its own.
+    "tracking": {"wandb", "torch", "numpy", "gymnasium", "vecdqn.trainer", "vecdqn.agent", "vecdqn.replay"},
     "evaluation": {"vecdqn.trainer", "vecdqn.replay", "vecdqn.vector", "vecdqn.metrics"},
     "scores": {"torch", "numpy", "gymnasium", "ale_py", "cv2", "vecdqn"},
     # metrics imports video: no gymnasium or ale_py here either.
@@ -41,6 +43,11 @@ FORBIDDEN = {
     "staging": {"gymnasium", "ale_py", "cv2", "vecdqn"},
     "device_replay": {"gymnasium", "ale_py", "cv2", "vecdqn.agent", "vecdqn.trainer", "vecdqn.vector"},
     "pipeline": {"gymnasium", "ale_py", "cv2", "vecdqn.trainer", "vecdqn.vector", "vecdqn.metrics"},
+    # The tuner runs trials as train.py processes: it never trains in its own process, and only
+    # the study module imports Optuna (an optional extra).
+    **{f"tuning/{path.stem}": {"vecdqn.trainer", "vecdqn.agent", "vecdqn.replay", "vecdqn.metrics", "torch"}
+       | ({"optuna"} if path.stem != "study" else set())
+       for path in (PACKAGE / "tuning").glob("*.py")},
 }
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import signal
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,9 @@ def open_study(name: str, storage_url: str, pruner: optuna.pruners.BasePruner, *
             other fixed options.
     """
     try:
-        storage = optuna.storages.RDBStorage(storage_url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
+        with warnings.catch_warnings():  # the heartbeat is marked experimental; it has been there since Optuna 2.9
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            storage = optuna.storages.RDBStorage(storage_url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
     except Exception as err:  # SQLAlchemy's and the driver's errors alike
         raise ValueError(f"--storage {storage_url}: cannot open it ({type(err).__name__}: "
                          f"{str(err).splitlines()[0] if str(err) else ''})") from None

@@ -1,0 +1,276 @@
+"""scripts/tune.py: the search space and its checks, a small Catch study, pruning, resuming, Ctrl-C.
+
+The studies here are tiny (Catch, 2 envs, 2,000 agent steps, an evaluation every 500) so that
+the whole file runs in about a minute; what they check is the tuner, not the values it finds.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from vecdqn import checkpoint
+from vecdqn.tuning.space import SpaceError, option_flags, parse_dimension, parse_space
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "tune.py"
+
+# A Catch run of a few seconds with four evaluations.
+TRAIN = ["--preset", "catch", "--num-envs", "2", "--total-steps", "2000", "--buffer-size", "2000",
+         "--learning-starts", "100", "--hidden-size", "32", "--log-every", "100", "--eval-every", "500",
+         "--eval-episodes", "2", "--epsilon-decay-steps", "1000"]
+SPACE = ["--space", "learning_rate=1e-4:3e-3:log", "--space", "n_step=1:3"]
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("tune_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_tune(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def processes_using(path: Path) -> list[psutil.Process]:
+    """Processes whose command line mentions ``path`` (a trial's run or the study folder)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if any(str(path) in part for part in proc.info["cmdline"] or []):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return found
+
+
+# -- the search space ------------------------------------------------------------------------
+
+
+def test_space_grammar():
+    lr = parse_dimension("learning_rate=1e-4:3e-3:log")
+    assert (lr.kind, lr.low, lr.high, lr.log) == ("float", 1e-4, 3e-3, True)
+    n = parse_dimension("--n-step=1:3")
+    assert (n.name, n.kind, n.low, n.high, n.log) == ("n_step", "int", 1, 3, False)
+    assert parse_dimension("batch-size=32,64").choices == (32, 64)
+    assert parse_dimension("double=true,false").choices == (True, False)
+    assert parse_dimension("amp=off,bf16").choices == ("off", "bf16")
+    assert option_flags("double", False) == ["--no-double"]
+    assert option_flags("learning_rate", 0.000123456789) == ["--learning-rate", "0.000123456789"]
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("lerning_rate=1e-4:3e-3", "'lerning_rate' is not an option of train.py; did you mean learning_rate?"),
+    ("learning_rate=3e-3:1e-4", "the range 3e-3:1e-4 is empty"),
+    ("n_step=2:2", "the range 2:2 is empty"),
+    ("learning_rate=0:1e-3:log", "a log scale needs a low end above zero, not 0"),
+    ("gamma=-0.5:0.9:log", "a log scale needs a low end above zero, not -0.5"),
+    ("n_step=1.5:3", "'1.5' is not a whole number, and --n-step takes whole numbers"),
+    ("double=0:1", "--double is an on/off option; give choices"),
+    ("run_name=a,b", "--run-name cannot vary between trials"),
+    ("learning_rate", "expected NAME=LOW:HIGH"),
+    ("learning_rate=1e-4:3e-3:sqrt", "expected a range LOW:HIGH or LOW:HIGH:log"),
+    ("learning_rate=abc:1", "'abc' is not a number"),
+])
+def test_bad_dimension_is_one_line(spec, message):
+    with pytest.raises(SpaceError, match=None) as err:
+        parse_dimension(spec)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_an_option_given_twice_is_refused():
+    with pytest.raises(SpaceError, match="--n-step is already in the space"):
+        parse_space(["n_step=1:3", "n-step=1,2"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--space", "lerning_rate=1e-4:3e-3"], "'lerning_rate' is not an option of train.py"),
+    (["--space", "learning_rate=3e-3:1e-4"], "the range 3e-3:1e-4 is empty"),
+    (["--space", "learning_rate=0:3e-3:log"], "a log scale needs a low end above zero"),
+    ([], "no search space"),
+    (["--space", "n_step=1:3", "--n-trials", "0"], "--n-trials 0 must be at least 1"),
+    (["--space", "n_step=1:3", "--pruner", "threshold"], "--pruner threshold needs --prune-below"),
+    # Checked with train.py's own parser against the fixed options:
+    (["--space", "batch_size=16:4096"], "its high end does not work with the fixed options: --batch-size 4096 is "
+                                        "larger than --buffer-size 2000"),
+    (["--space", "learning_rate=-1:1"], "its low end does not work with the fixed options: --learning-rate -1.0"),
+    (["--space", "total_steps=1000,4000"], "--total-steps is also a fixed option after --"),
+    (["--space", "n_step=1:3", "--", "--no-such-option"], "unrecognized arguments: --no-such-option"),
+    (["--space", "n_step=1:3", "--", "--run-name", "x"], "--run-name cannot be a fixed option"),
+    (["--space", "n_step=1:3", "--", "--preset", "catch"], "--objective eval needs periodic evaluations"),
+])
+def test_bad_input_exits_2_with_one_line_before_any_trial(tmp_path, capsys, args, message):
+    tune = load_script()
+    if "--" not in args:
+        args = [*args, "--", *TRAIN]
+    args = [*args, "--log-dir", str(tmp_path / "runs")]
+    assert tune.main(args) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("tune.py: error: ") and len(err.strip().splitlines()) == 1, err
+    assert message in err
+    # Nothing started: no study folder, no database, no run.
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_space_file(tmp_path, capsys):
+    space = tmp_path / "space.txt"
+    space.write_text("# learning rates\nlearning_rate=1e-4:3e-3:log  # the main one\n\nn_step=1:0\n")
+    tune = load_script()
+    assert tune.main(["--space-file", str(space), "--", *TRAIN, "--log-dir", str(tmp_path / "runs")]) == 2
+    assert "--space n_step=1:0: the range 1:0 is empty" in capsys.readouterr().err
+
+
+def test_missing_optuna_is_one_line(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "optuna", None)  # what `import optuna` does without the package
+    tune = load_script()
+    assert tune.main([*SPACE, "--", *TRAIN]) == 2
+    assert capsys.readouterr().err == 'tune.py: error: the optuna package is not installed; scripts/tune.py needs ' \
+                                      'it: pip install -e ".[tune]"\n'
+
+
+# -- studies ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """A 3-trial Catch study with the median pruner after one finished trial."""
+    pytest.importorskip("optuna")
+    runs = tmp_path_factory.mktemp("tune") / "runs"
+    done = run_tune("--study-name", "catch", "--n-trials", "3", "--pruner-startup-trials", "1", "--sampler-seed", "3",
+                    *SPACE, "--", *TRAIN, "--log-dir", str(runs))
+    return runs, done
+
+
+def load_trials(runs: Path):
+    import optuna
+
+    return optuna.load_study(study_name="catch", storage=f"sqlite:///{runs / 'catch' / 'study.db'}").get_trials()
+
+
+def median_pruner_says(earlier, trial, step: int) -> bool:
+    """What Optuna's MedianPruner (one startup trial) decides for ``trial`` once it has reported up to
+    ``step``, given the trials that ended before it."""
+    import optuna
+
+    reference = optuna.create_study(direction="maximize")
+    for t in earlier:
+        reference.add_trial(t)
+    partial = optuna.trial.FrozenTrial(
+        number=trial.number, state=optuna.trial.TrialState.RUNNING, value=None, datetime_start=trial.datetime_start,
+        datetime_complete=None, params=trial.params, distributions=trial.distributions, user_attrs={},
+        system_attrs={}, intermediate_values={s: v for s, v in trial.intermediate_values.items() if s <= step},
+        trial_id=trial._trial_id,
+    )
+    return optuna.pruners.MedianPruner(n_startup_trials=1).prune(reference, partial)
+
+
+def test_study_completes_and_follows_its_pruner(study):
+    import optuna
+
+    runs, done = study
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    trials = load_trials(runs)
+    assert len(trials) == 3
+    states = {t.state for t in trials}
+    assert states <= {optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED}
+    assert trials[0].state == optuna.trial.TrialState.COMPLETE  # the startup trial is never pruned
+    for t in trials:
+        # Each trial reported its evaluations at their agent steps, and is an ordinary run.
+        steps = sorted(t.intermediate_values)
+        assert steps and all(s % 500 == 0 for s in steps), steps
+        run_dir = Path(t.user_attrs["run_dir"])
+        assert run_dir == runs / "catch" / f"trial_{t.number:04d}"
+        assert (run_dir / "config.json").exists() and any("tfevents" in p.name for p in run_dir.iterdir())
+        saved = checkpoint.load(run_dir / "checkpoints" / "latest.pt")
+        assert saved["config"]["learning_rate"] == t.params["learning_rate"]
+        assert saved["config"]["n_step"] == t.params["n_step"]
+        # The pruner's decisions, step by step, are what Optuna's MedianPruner says.
+        earlier = [e for e in trials if e.number < t.number]
+        says = [median_pruner_says(earlier, t, s) for s in steps]
+        if t.state == optuna.trial.TrialState.PRUNED:
+            assert says[-1] and not any(says[:-1]), (t.number, says)
+            assert t.user_attrs["pruned_at_step"] == steps[-1]
+            assert saved["train_state"]["step"] < 2000  # stopped early, checkpointed
+        else:
+            assert not any(says), (t.number, says)
+            assert steps[-1] == 2000 and t.value == t.intermediate_values[2000]
+            assert (run_dir / "checkpoints" / "final.pt").exists()
+    # The table of the best trials and the command that reproduces the best.
+    best = max((t for t in trials if t.state == optuna.trial.TrialState.COMPLETE), key=lambda t: t.value)
+    assert "| trial | eval return | learning_rate | n_step | run folder |" in done.stdout
+    command = done.stdout.split("reproduce it with:\n")[1].strip()
+    assert command == best.user_attrs["command"]
+    assert command.startswith("python scripts/train.py --preset catch ")
+    assert f"--learning-rate {best.params['learning_rate']!r} --n-step {best.params['n_step']}" in command
+    # Nothing left behind: no process, no temporary file.
+    assert not processes_using(runs)
+    leftovers = [p for p in runs.rglob("*") if p.is_file() and (".tmp" in p.name or p.name.startswith("."))]
+    assert not leftovers
+
+
+def test_second_invocation_continues_the_study_and_prunes(study):
+    """The same study again, one more trial, with a pruner that stops every trial at its first
+    evaluation (Catch returns are at most 1)."""
+    import optuna
+
+    runs, _ = study
+    done = run_tune("--study-name", "catch", "--n-trials", "1", "--pruner", "threshold", "--prune-below", "2",
+                    *SPACE, "--", *TRAIN, "--log-dir", str(runs))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "study catch" in done.stdout and "3 trials so far" in done.stdout
+    trials = load_trials(runs)
+    assert len(trials) == 4
+    last = trials[-1]
+    assert last.state == optuna.trial.TrialState.PRUNED
+    assert list(last.intermediate_values) == [500] and last.user_attrs["pruned_at_step"] == 500
+    saved = checkpoint.load(runs / "catch" / "trial_0003" / "checkpoints" / "latest.pt")
+    assert 500 <= saved["train_state"]["step"] < 2000
+    assert not processes_using(runs)
+
+
+def test_other_fixed_options_do_not_continue_a_study(study):
+    runs, _ = study
+    done = run_tune("--study-name", "catch", *SPACE, "--", *TRAIN, "--seed", "2", "--log-dir", str(runs))
+    assert done.returncode == 2 and "was run with the train.py options" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_ctrl_c_checkpoints_the_trial_and_marks_it_failed(tmp_path):
+    """SIGINT to the tuner: its trial's run checkpoints and exits, the trial is marked failed, the
+    tuner exits 130, nothing is left running, and the same command continues the study."""
+    optuna = pytest.importorskip("optuna")
+    runs = tmp_path / "runs"
+    args = [str(SCRIPT), "--study-name", "catch", "--n-trials", "2", *SPACE, "--",
+            *TRAIN, "--total-steps", "1000000", "--log-dir", str(runs)]
+    tuner = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        run_dir = runs / "catch" / "trial_0000"
+        deadline = time.time() + 120
+        while time.time() < deadline and not (run_dir.is_dir() and any("tfevents" in p.name
+                                                                       for p in run_dir.iterdir())):
+            time.sleep(0.5)
+        time.sleep(2)  # let it train a little
+        tuner.send_signal(signal.SIGINT)
+        out, err = tuner.communicate(timeout=120)
+    finally:
+        if tuner.poll() is None:
+            tuner.kill()
+    assert tuner.returncode == 130, out[-2000:] + err[-2000:]
+    assert "Continue the study with the same command" in err
+    (trial,) = optuna.load_study(study_name="catch", storage=f"sqlite:///{runs / 'catch' / 'study.db'}").get_trials()
+    assert trial.state == optuna.trial.TrialState.FAIL
+    saved = checkpoint.load(run_dir / "checkpoints" / "latest.pt")
+    assert saved["train_state"]["step"] > 0
+    assert "stopped by SIGINT" in (run_dir / "train.log").read_text()
+    assert not processes_using(runs)
