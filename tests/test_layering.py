@@ -23,7 +23,7 @@ FORBIDDEN = {
     "agent": {"gymnasium", "ale_py", "cv2", "vecdqn.replay", "vecdqn.wrappers", "vecdqn.vector", "vecdqn.trainer"},
     "metrics": {"gymnasium", "ale_py", "vecdqn.agent", "vecdqn.replay", "vecdqn.trainer", "wandb"},
     # wandb is optional and imported lazily, by tracking alone; it logs no scalar of its own.
-    "tracking": {"wandb", "torch", "numpy", "gymnasium", "vecdqn.trainer", "vecdqn.agent", "vecdqn.replay"},
+    "tracking": {"torch", "numpy", "gymnasium", "vecdqn.trainer", "vecdqn.agent", "vecdqn.replay"},
     "evaluation": {"vecdqn.trainer", "vecdqn.replay", "vecdqn.vector", "vecdqn.metrics"},
     "scores": {"torch", "numpy", "gymnasium", "ale_py", "cv2", "vecdqn"},
     # metrics imports video: no gymnasium or ale_py here either.
