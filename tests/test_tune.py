@@ -274,3 +274,27 @@ def test_ctrl_c_checkpoints_the_trial_and_marks_it_failed(tmp_path):
     assert saved["train_state"]["step"] > 0
     assert "stopped by SIGINT" in (run_dir / "train.log").read_text()
     assert not processes_using(runs)
+
+
+def test_a_killed_tuner_takes_its_trial_down_with_a_checkpoint(tmp_path):
+    """SIGKILL to the tuner (no chance to forward anything): the trial's run notices, checkpoints
+    and exits as on Ctrl-C; no process is left."""
+    pytest.importorskip("optuna")
+    runs = tmp_path / "runs"
+    tuner = subprocess.Popen([sys.executable, str(SCRIPT), "--study-name", "catch", "--n-trials", "2", *SPACE, "--",
+                              *TRAIN, "--total-steps", "1000000", "--log-dir", str(runs)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run_dir = runs / "catch" / "trial_0000"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (run_dir.is_dir() and any("tfevents" in p.name for p in run_dir.iterdir())):
+        time.sleep(0.5)
+    time.sleep(2)
+    trial_processes = psutil.Process(tuner.pid).children(recursive=True)
+    assert trial_processes, "the trial did not start"
+    tuner.kill()
+    tuner.wait()
+    gone, alive = psutil.wait_procs(trial_processes, timeout=60)
+    assert not alive, f"left behind: {alive}"
+    log = (run_dir / "train.log").read_text()
+    assert "stopped by SIGINT" in log, log[-2000:]
+    assert checkpoint.load(run_dir / "checkpoints" / "latest.pt")["train_state"]["step"] > 0

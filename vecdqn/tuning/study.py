@@ -11,8 +11,9 @@ The study lives in a database (SQLite by default, any SQLAlchemy URL), so a seco
 with the same name continues it, and several machines can share one. Trial states stay consistent
 when the tuner is stopped: a Ctrl-C (or SIGTERM) is forwarded to the running trial, which
 checkpoints and exits; the trial is then marked failed (its run can be resumed by hand) and the
-tuner exits 130 (143). A tuner killed outright leaves its trial "running" in the database;
-Optuna's heartbeat marks it failed when the study is next run.
+tuner exits 130 (143). A tuner killed outright leaves its trial "running" in the database (its
+run checkpoints and exits by itself, see `vecdqn.tuning.trial_run.child_main`); Optuna's
+heartbeat marks that trial failed when the study is next run.
 """
 
 from __future__ import annotations

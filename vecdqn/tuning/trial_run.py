@@ -8,8 +8,8 @@ folder.
 Stopping: the child runs in its own process group, so a Ctrl-C at the terminal reaches the tuner
 only, and the tuner forwards exactly one SIGINT (`TrialProcess.interrupt`): the child finishes its
 step, checkpoints and exits 130, as ``train.py`` does on Ctrl-C. A second signal forwarded means
-"stop at once". On Linux the child also gets SIGINT if the tuner dies without a chance to forward
-anything (``PR_SET_PDEATHSIG``), so no trial outlives its tuner. `TrialProcess.close` waits for it
+"stop at once". The child also SIGINTs itself if the tuner dies without a chance to forward
+anything (`child_main`), so no trial outlives its tuner. `TrialProcess.close` waits for it
 and, past a grace period, kills its whole process group (the env workers included).
 
 Following: `EventFollower` re-reads the run folder's event file with TensorBoard's own
@@ -40,30 +40,36 @@ TRAIN_TAG = "charts/episodic_return"
 # Games in the training objective's trailing mean (the window of train.py's own summary line).
 WINDOW = 100
 
-# The child: train.py's entry point, importable wherever the tuner's vecdqn is (PYTHONPATH below).
-_CHILD = "import sys; from vecdqn.cli import main; sys.exit(main())"
-_PR_SET_PDEATHSIG = 1
+# The child: train.py's entry point behind a watch on the tuner (see `child_main`); importable
+# wherever the tuner's vecdqn is (PYTHONPATH is set in `TrialProcess.start`).
+_CHILD = "from vecdqn.tuning.trial_run import child_main; child_main()"
+# The tuner's pid, as the child's parent; the child's watch compares its parent with it.
+_TUNER_PID = "VECDQN_TUNER_PID"
 
 
-def _parent_death_signal() -> Any:
-    """A ``preexec_fn`` that asks Linux to send the child SIGINT when the tuner dies (None
-    elsewhere). libc is loaded here, in the parent: the child only calls it."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
+def child_main() -> None:
+    """Run ``train.py`` (``vecdqn.cli.main``) with ``sys.argv[1:]``, and SIGINT this process once
+    if the tuner that started it goes away without a word (SIGKILL, a crash): the run then
+    checkpoints and exits as on Ctrl-C instead of running on unwatched.
 
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
+    Why a watching thread rather than Linux's ``PR_SET_PDEATHSIG``: the kernel sends that signal
+    again each time the child is handed to another thread of the dying tuner, and train.py reads
+    a second SIGINT as "stop at once, no checkpoint".
+    """
+    import threading
+    import time
 
-    def arm() -> None:
-        prctl(_PR_SET_PDEATHSIG, int(signal.SIGINT))
-        if os.getppid() != parent:  # the tuner died before the request took effect
-            os.kill(os.getpid(), signal.SIGINT)
+    from vecdqn.cli import main
 
-    return arm
+    tuner = int(os.environ.pop(_TUNER_PID, "0")) or os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == tuner:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=watch, name="tuner-watch", daemon=True).start()
+    sys.exit(main(sys.argv[1:]))
 
 
 class TrialProcess:
@@ -86,12 +92,12 @@ class TrialProcess:
     def start(self) -> TrialProcess:
         """Start the child in a process group of its own; returns self."""
         package_root = str(Path(vecdqn.__file__).resolve().parents[1])
-        env = {**os.environ, "PYTHONUNBUFFERED": "1",
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", _TUNER_PID: str(os.getpid()),
                "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)}
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in close()
         self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, *self.argv], stdin=subprocess.DEVNULL,
                                      stdout=self._log, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True, preexec_fn=_parent_death_signal())
+                                     start_new_session=True)
         return self
 
     @property
