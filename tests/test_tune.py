@@ -138,6 +138,34 @@ def test_missing_optuna_is_one_line(monkeypatch, capsys):
                                       'it: pip install -e ".[tune]"\n'
 
 
+# -- following a run -------------------------------------------------------------------------
+
+
+def test_event_follower_reads_each_evaluation_as_it_is_written(tmp_path):
+    """Both objectives from a growing event file: the evaluation's mean return, or the mean of the
+    last 100 training games up to the evaluation's step."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from vecdqn.tuning.trial_run import EventFollower
+
+    evals, trains = EventFollower(tmp_path, "eval"), EventFollower(tmp_path, "train")
+    assert evals.new_values() == [] and evals.final_value() is None  # no event file yet
+    writer = SummaryWriter(str(tmp_path))
+    for step in range(1, 151):  # game i returns i
+        writer.add_scalar("charts/episodic_return", float(step), step)
+    writer.add_scalar("eval/return_mean", 0.5, 150)
+    writer.flush()
+    assert evals.new_values() == [(150, 0.5)]
+    assert trains.new_values() == [(150, pytest.approx(sum(range(51, 151)) / 100))]
+    assert evals.new_values() == [] and trains.new_values() == []  # each evaluation once
+    for step in range(151, 201):
+        writer.add_scalar("charts/episodic_return", 0.0, step)
+    writer.add_scalar("eval/return_mean", -0.25, 200)
+    writer.close()
+    assert evals.new_values() == [(200, -0.25)] and evals.final_value() == -0.25
+    assert trains.final_value() == pytest.approx(sum(range(101, 151)) / 100)
+
+
 # -- studies ---------------------------------------------------------------------------------
 
 
