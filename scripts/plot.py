@@ -23,35 +23,21 @@ import os
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import NoReturn
 
 # Run from a source checkout without installing: make the package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from vecdqn.cli import OneLineErrorParser, UsageError, exit_code  # noqa: E402
 from vecdqn.curves import WINDOW, RunCurves, RunError, read_run, report, seed_groups  # noqa: E402
 
 PROG = "plot.py"
-MISSING_MATPLOTLIB = 'error: scripts/plot.py needs matplotlib: pip install -e ".[plot]"'
+MISSING_MATPLOTLIB = '-o needs matplotlib: pip install -e ".[plot]" (without -o only the tables are printed)'
 # One line style per seed within a group's colour.
 LINE_STYLES = ("-", "--", ":", "-.")
 
 
-class UsageError(Exception):
-    """Bad command-line input: reported as one line, exit code 2."""
-
-
-class MatplotlibMissing(Exception):
-    """matplotlib is not installed; reported as `MISSING_MATPLOTLIB`, exit code 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # argparse prints the whole usage too; one line is what this script promises.
-        raise UsageError(f"{message} (see {self.prog} --help)")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineErrorParser(
         prog=PROG,
         allow_abbrev=False,
         description="Plot the training and evaluation return of vecdqn runs against agent steps and "
@@ -116,12 +102,12 @@ def load_pyplot() -> ModuleType:
     """matplotlib's pyplot on the file-only Agg backend (no display needed).
 
     Raises:
-        MatplotlibMissing: matplotlib is not installed (it is the optional ``plot`` extra).
+        UsageError: matplotlib is not installed (it is the optional ``plot`` extra).
     """
     try:
         import matplotlib
-    except ImportError as err:
-        raise MatplotlibMissing() from err
+    except ImportError:
+        raise UsageError(MISSING_MATPLOTLIB) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -204,27 +190,22 @@ def draw(runs: list[RunCurves], group: list[int], labels: list[str], path: Path)
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = build_parser().parse_args(argv)
-        check_args(args)
-        if args.output is not None:
-            load_pyplot()  # fail before reading the runs, which can take a while
-        runs = [read_run(folder, args.window) for folder in args.runs]
-        group, labels = line_labels(runs)
-        print("\n\n".join(format_table(run, label, args.every) for run, label in zip(runs, labels)), flush=True)
-        if args.output is not None:
-            draw(runs, group, labels, Path(args.output))
-            print(f"wrote {args.output}", file=sys.stderr)
-    except MatplotlibMissing:
-        print(MISSING_MATPLOTLIB, file=sys.stderr)
-        return 2
-    except (UsageError, RunError, OSError) as err:  # each message is one line, naming the path or value
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
-    return 0
+    """Exit codes: 0 done; 2 bad input or matplotlib missing for ``-o`` (one line on stderr);
+    130 interrupted."""
+    return exit_code(PROG, lambda: _plot(argv), bad_input=(RunError, OSError))
+
+
+def _plot(argv: list[str] | None) -> None:
+    args = build_parser().parse_args(argv)
+    check_args(args)
+    if args.output is not None:
+        load_pyplot()  # fail before reading the runs, which can take a while
+    runs = [read_run(folder, args.window) for folder in args.runs]
+    group, labels = line_labels(runs)
+    print("\n\n".join(format_table(run, label, args.every) for run, label in zip(runs, labels)), flush=True)
+    if args.output is not None:
+        draw(runs, group, labels, Path(args.output))
+        print(f"wrote {args.output}", file=sys.stderr)
 
 
 if __name__ == "__main__":

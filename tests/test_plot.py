@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "plot.py"
 T0 = 1_700_000_000.0  # wall time of each run's first event (the event file opening), in seconds
 CONFIG = {"env_id": "vecdqn/Catch-v0", "preset": "catch", "n_step": 1, "total_steps": 10_000, "log_dir": "runs"}
+MISSING = 'plot.py: error: -o needs matplotlib: pip install -e ".[plot]" (without -o only the tables are printed)\n'
 
 
 def _load_plot():
@@ -192,7 +193,7 @@ def test_tables_need_no_matplotlib(two_seeds, tmp_path, monkeypatch, capsys):
     assert plot.main([str(two_seeds[0])]) == 0
     assert capsys.readouterr().out.startswith(f"{two_seeds[0]}: ")
     assert plot.main([str(two_seeds[0]), "-o", str(tmp_path / "curves.png")]) == 2
-    assert capsys.readouterr() == ("", 'error: scripts/plot.py needs matplotlib: pip install -e ".[plot]"\n')
+    assert capsys.readouterr() == ("", MISSING)
 
 
 def test_missing_matplotlib_is_one_line(two_seeds, tmp_path):
@@ -204,7 +205,7 @@ def test_missing_matplotlib_is_one_line(two_seeds, tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert done.stderr == 'error: scripts/plot.py needs matplotlib: pip install -e ".[plot]"\n'
+    assert done.stderr == MISSING
     assert done.stdout == "" and not png.exists()
 
 
