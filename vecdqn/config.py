@@ -47,7 +47,7 @@ def _is_int(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class EnvOptions:
-    """The preprocessing options of one env: what `vecdqn.wrappers.make_env` builds from.
+    """The preprocessing options of one env: what `vecdqn.envs.make_env` builds from.
 
     Units: ``noop_max`` and ``max_episode_frames`` count emulator frames; one agent step is
     ``frame_skip`` frames. The Atari-only options (all but ``screen_size`` and ``frame_stack``)

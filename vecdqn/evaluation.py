@@ -49,10 +49,10 @@ import numpy as np
 import torch
 
 from vecdqn.config import Config
+from vecdqn.envs import make_env
 from vecdqn.frame_tap import FrameTap
 from vecdqn.scores import HUMAN_RANDOM_SCORES, SCORE_SOURCE, game_name, human_normalized_score
 from vecdqn.video import ATARI_FPS, BestEpisodeRecorder
-from vecdqn.wrappers import make_env
 
 __all__ = [
     "EvalResult",
