@@ -161,8 +161,9 @@ def parse_config(argv: list[str] | None = None) -> tuple[Config, set[str]]:
     options given, is checked when the run is loaded.
 
     Raises:
-        UsageError: a malformed option, both forms of one schedule, an unknown preset, or
-            (without ``--resume``) a value `Config.validate` refuses.
+        UsageError: a malformed option, both forms of one schedule, an unknown preset, a
+            ``--preset`` with ``--resume``, or (without ``--resume``) a value `Config.validate`
+            refuses.
     """
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
@@ -176,6 +177,9 @@ def parse_config(argv: list[str] | None = None) -> tuple[Config, set[str]]:
     preset = values["preset"]
     if preset and preset not in PRESETS:
         raise UsageError(f"--preset {preset!r} is unknown; choose one of {sorted(PRESETS)}")
+    if preset and values["resume"]:
+        raise UsageError(f"--preset {preset} cannot be given with --resume: the run continues with its saved "
+                         "values; give the options to change one by one (e.g. --total-steps)")
     if preset:
         values.update(preset_values(preset, given))
     config = Config(**values)

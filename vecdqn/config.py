@@ -20,7 +20,7 @@ import json
 import math
 import numbers
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -31,9 +31,11 @@ MIN_SCREEN_SIZE = 36
 # Longest n-step return accepted (the return matrix is n x n; Rainbow, Hessel et al. 2018, uses 3).
 MAX_N_STEP = 1000
 
-# Options that fix the shape of the networks, the envs or the replay: a resumed run keeps them.
+# Options that fix the shape of the networks, the envs or the replay, and the preset the run's
+# values came from (its values are saved one by one; a second preset could not follow them):
+# a resumed run keeps them.
 FIXED_ON_RESUME = ("env_id", "num_envs", "frame_skip", "frame_stack", "screen_size", "dueling", "hidden_size",
-                   "n_step", "buffer_size")
+                   "n_step", "buffer_size", "preset")
 
 
 def _f(default: Any, help: str) -> Any:  # noqa: A002 - "help" mirrors argparse
@@ -386,6 +388,19 @@ class Config:
         """Build a Config from a saved dict, ignoring keys this version does not know."""
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
+
+    @classmethod
+    def from_saved(cls, saved: Mapping[str, Any], overrides: Mapping[str, Any]) -> Config:
+        """A saved run's configuration with the options given on resume put over it.
+
+        Each option in ``overrides`` replaces its saved value, and so does what it implies
+        (`replaced_options`): a two-point shorthand such as ``epsilon_end`` also clears a saved
+        ``epsilon_schedule``, which would otherwise win over it. Not validated here.
+        """
+        values = dict(saved)
+        for name in replaced_options(overrides):
+            values.pop(name, None)  # back to its default; given options are put back just below
+        return cls.from_dict({**values, **overrides})
 
 
 def parse_pairs(text: str) -> list[tuple[float, float]]:
