@@ -8,9 +8,11 @@ The figure is a 2×2 grid: training return (mean of the last 100 games) and eval
 (``eval/return_mean``, one marker per evaluation) against agent steps (left) and against
 wall-clock minutes since each run's first event (right). Runs that differ only in their seed
 share a colour and a legend label (env id, preset, and the options that tell experiments of one
-game apart), each seed its own line. For each run a table goes to stdout: agent steps, minutes,
-training return and evaluation return at each evaluation, or every ``--every`` agent steps for a
-run without evaluations. Without ``-o`` only the tables are printed (no matplotlib needed).
+game apart); each seed of a setting has its own line style and marker, so no two runs are drawn
+alike (up to 40 seeds per setting, any number of settings), and the legend names each run's
+setting and seed. For each run a table goes to stdout: agent steps, minutes, training return
+and evaluation return at each evaluation, or every ``--every`` agent steps for a run without
+evaluations. Without ``-o`` only the tables are printed (no matplotlib needed).
 
 Exit codes: 0 done; 2 bad input or matplotlib missing (one line on stderr); 130 interrupted.
 """
@@ -23,6 +25,7 @@ import os
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 # Run from a source checkout without installing: make the package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -32,8 +35,12 @@ from vecdqn.curves import WINDOW, RunCurves, RunError, read_run, report, seed_gr
 
 PROG = "plot.py"
 MISSING_MATPLOTLIB = '-o needs matplotlib: pip install -e ".[plot]" (without -o only the tables are printed)'
-# One line style per seed within a group's colour.
+# Within a setting's colour, each seed gets one (line style, marker) pair: 4 x 10 pairs, so up to
+# 40 seeds of one setting are drawn apart (markers too, since dotted and dashed lines of many
+# seeds are hard to tell apart alone).
 LINE_STYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+MAX_SEEDS = len(LINE_STYLES) * len(MARKERS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,8 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
         description="Plot the training and evaluation return of vecdqn runs against agent steps and "
         "wall-clock minutes, and print each run's curve as a table. Runs that differ only in their "
-        "seed are grouped: they share a colour and a label, one line per seed, marked 'seed N' in the "
-        "legend (no mean or min/max band: every seed stays visible).",
+        "seed are grouped: they share a colour and a label; each seed has its own line style and marker, "
+        "marked 'seed N' in the legend (no mean or min/max band: every seed stays visible).",
     )
     parser.add_argument("runs", nargs="+", metavar="RUN", help="a run folder made by scripts/train.py (runs/<name>)")
     parser.add_argument(
@@ -130,6 +137,35 @@ def line_labels(runs: list[RunCurves]) -> tuple[list[int], list[str]]:
     return group, labels
 
 
+def seed_styles(group: list[int]) -> list[tuple[str, str]]:
+    """Each run's ``(line style, marker)``: the n-th run of a group (a setting) gets the n-th pair
+    of `LINE_STYLES` x `MARKERS`, so runs of one group never share one; groups differ in colour.
+
+    Raises:
+        UsageError: a group has more than `MAX_SEEDS` runs (they could not all be told apart).
+    """
+    styles = []
+    for i, g in enumerate(group):
+        nth = group[:i].count(g)
+        if nth >= MAX_SEEDS:
+            raise UsageError(f"{group.count(g)} runs of one setting cannot be told apart in one figure; plot at "
+                             f"most {MAX_SEEDS} seeds per setting (the tables have no limit)")
+        styles.append((LINE_STYLES[nth % len(LINE_STYLES)], MARKERS[nth // len(LINE_STYLES)]))
+    return styles
+
+
+def group_colours(count: int) -> list[Any]:
+    """``count`` distinct colours, one per group: matplotlib's tab10 (its default cycle) up to 10,
+    tab20 up to 20, then evenly spaced along the turbo colour map (never repeated)."""
+    from matplotlib import colormaps
+
+    if count <= 10:
+        return list(colormaps["tab10"].colors[:count])
+    if count <= 20:
+        return list(colormaps["tab20"].colors[:count])
+    return [colormaps["turbo"](x) for x in (0.05 + 0.9 * k / (count - 1) for k in range(count))]
+
+
 def _number(value: float, digits: int = 2) -> str:
     return "-" if math.isnan(value) else f"{value:.{digits}f}"
 
@@ -151,27 +187,36 @@ def format_table(run: RunCurves, label: str, every: int | None) -> str:
     return "\n".join(lines)
 
 
-def draw(runs: list[RunCurves], group: list[int], labels: list[str], path: Path) -> None:
-    """Write the 2×2 figure: rows training / evaluation return, columns agent steps / minutes.
+def figure(runs: list[RunCurves], group: list[int], labels: list[str]) -> Any:
+    """The 2×2 figure: rows training / evaluation return, columns agent steps / minutes.
 
     Args:
         runs: the runs, one line each.
-        group: each run's group (`line_labels`): its colour; seeds of a group differ in line style.
+        group: each run's group (`line_labels`): its colour; the runs of a group differ in line
+            style and marker (`seed_styles`).
         labels: each run's legend label.
-        path: the PNG to write.
+
+    Returns:
+        the matplotlib figure; the legend, outside the axes, has one entry per run.
+
+    Raises:
+        UsageError: matplotlib is missing, or a group has more runs than can be told apart.
     """
     plt = load_pyplot()
     from matplotlib.ticker import EngFormatter
 
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharex="col", sharey="row", layout="constrained")
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    nth_in_group = [group[:i].count(g) for i, g in enumerate(group)]
-    for run, g, nth, label in zip(runs, group, nth_in_group, labels):
-        style = {"color": colours[g % len(colours)], "linestyle": LINE_STYLES[nth % len(LINE_STYLES)]}
-        axes[0, 0].plot(run.train.steps, run.train.values, label=label, **style)
-        axes[0, 1].plot(run.train.minutes, run.train.values, **style)
-        axes[1, 0].plot(run.evals.steps, run.evals.values, marker="o", **style)
-        axes[1, 1].plot(run.evals.minutes, run.evals.values, marker="o", **style)
+    styles = seed_styles(group)
+    colours = group_colours(max(group) + 1)
+    columns = 1 + (len(runs) - 1) // 36  # about 36 entries fit beside 8 inches of axes
+    fig, axes = plt.subplots(2, 2, figsize=(12 + 3.5 * columns, 8), sharex="col", sharey="row",
+                             layout="constrained")
+    for run, g, (linestyle, marker), label in zip(runs, group, styles, labels):
+        style = {"color": colours[g], "linestyle": linestyle, "marker": marker}
+        # Markers about every tenth of the axes' diagonal on the dense training curves.
+        axes[0, 0].plot(run.train.steps, run.train.values, label=label, markevery=0.1, **style)
+        axes[0, 1].plot(run.train.minutes, run.train.values, markevery=0.1, **style)
+        axes[1, 0].plot(run.evals.steps, run.evals.values, **style)
+        axes[1, 1].plot(run.evals.minutes, run.evals.values, **style)
     axes[0, 0].set_ylabel(f"training return\n(mean of the last {runs[0].window} games)")
     axes[1, 0].set_ylabel("evaluation return\n(mean over the evaluation's games)")
     axes[1, 0].set_xlabel("agent steps")
@@ -184,9 +229,16 @@ def draw(runs: list[RunCurves], group: list[int], labels: list[str], path: Path)
         note = "no evaluations: trained with --eval-every 0" if off else "no evaluation logged yet"
         for ax in axes[1]:
             ax.text(0.5, 0.5, note, ha="center", va="center", transform=ax.transAxes, color="gray")
-    axes[0, 0].legend(fontsize="small")
+    fig.legend(loc="outside right upper", fontsize="small", ncols=columns,
+               title="colour: setting; line and marker: seed", title_fontsize="small")
+    return fig
+
+
+def draw(runs: list[RunCurves], group: list[int], labels: list[str], path: Path) -> None:
+    """Write `figure` to the PNG ``path``."""
+    fig = figure(runs, group, labels)
     fig.savefig(path, dpi=100)
-    plt.close(fig)
+    load_pyplot().close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,6 +254,8 @@ def _plot(argv: list[str] | None) -> None:
         load_pyplot()  # fail before reading the runs, which can take a while
     runs = [read_run(folder, args.window) for folder in args.runs]
     group, labels = line_labels(runs)
+    if args.output is not None:
+        seed_styles(group)  # refuse runs that could not be told apart before printing anything
     print("\n\n".join(format_table(run, label, args.every) for run, label in zip(runs, labels)), flush=True)
     if args.output is not None:
         draw(runs, group, labels, Path(args.output))
