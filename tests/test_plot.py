@@ -168,10 +168,10 @@ def test_seeds_are_grouped_and_experiments_named_by_what_differs():
 def test_labels_show_as_many_differing_options_as_it_takes_to_tell_groups_apart():
     """Four options differ; the first three in name order (a, b, c) do not tell groups 0 and 1 apart."""
     configs = [{**CONFIG, "a": 1, "b": 1, "c": 1, "d": d, "seed": 1} for d in (1, 2)]
-    configs.append({**CONFIG, "a": 2, "b": 1, "c": 1, "d": 1, "seed": 1})
+    configs.append({**CONFIG, "a": 2, "b": 2, "c": 2, "d": 1, "seed": 1})
     _, labels = seed_groups(configs, ["x", "y", "z"])
     base = "vecdqn/Catch-v0 (preset catch)"
-    assert labels == [f"{base} a=1 b=1 c=1 d=1", f"{base} a=1 b=1 c=1 d=2", f"{base} a=2 b=1 c=1 d=1"]
+    assert labels == [f"{base} a=1 b=1 c=1 d=1", f"{base} a=1 b=1 c=1 d=2", f"{base} a=2 b=2 c=2 d=1"]
     five = [{**CONFIG, "a": k, "b": k, "c": k, "d": k, "e": k, "seed": 1} for k in (1, 2)]
     assert seed_groups(five, ["x", "y"])[1] == [f"{base} a=1 b=1 c=1 ...", f"{base} a=2 b=2 c=2 ..."]
 
