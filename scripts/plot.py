@@ -188,7 +188,8 @@ def format_table(run: RunCurves, label: str, every: int | None) -> str:
 
 
 def figure(runs: list[RunCurves], group: list[int], labels: list[str]) -> Any:
-    """The 2×2 figure: rows training / evaluation return, columns agent steps / minutes.
+    """The 2×2 figure: rows training / evaluation return, columns agent steps / minutes; when
+    no run has an evaluation, only the training row (1×2), so no panel is left empty.
 
     Args:
         runs: the runs, one line each.
@@ -208,27 +209,25 @@ def figure(runs: list[RunCurves], group: list[int], labels: list[str]) -> Any:
     styles = seed_styles(group)
     colours = group_colours(max(group) + 1)
     columns = 1 + (len(runs) - 1) // 36  # about 36 entries fit beside 8 inches of axes
-    fig, axes = plt.subplots(2, 2, figsize=(12 + 3.5 * columns, 8), sharex="col", sharey="row",
-                             layout="constrained")
+    rows = 2 if any(len(run.evals.steps) for run in runs) else 1
+    fig, axes = plt.subplots(rows, 2, figsize=(12 + 3.5 * columns, 4 * rows), sharex="col", sharey="row",
+                             layout="constrained", squeeze=False)
     for run, g, (linestyle, marker), label in zip(runs, group, styles, labels):
         style = {"color": colours[g], "linestyle": linestyle, "marker": marker}
         # Markers about every tenth of the axes' diagonal on the dense training curves.
         axes[0, 0].plot(run.train.steps, run.train.values, label=label, markevery=0.1, **style)
         axes[0, 1].plot(run.train.minutes, run.train.values, markevery=0.1, **style)
-        axes[1, 0].plot(run.evals.steps, run.evals.values, **style)
-        axes[1, 1].plot(run.evals.minutes, run.evals.values, **style)
+        if rows == 2:
+            axes[1, 0].plot(run.evals.steps, run.evals.values, **style)
+            axes[1, 1].plot(run.evals.minutes, run.evals.values, **style)
     axes[0, 0].set_ylabel(f"training return\n(mean of the last {runs[0].window} games)")
-    axes[1, 0].set_ylabel("evaluation return\n(mean over the evaluation's games)")
-    axes[1, 0].set_xlabel("agent steps")
-    axes[1, 0].xaxis.set_major_formatter(EngFormatter())
-    axes[1, 1].set_xlabel("wall-clock minutes since the run's first event")
+    if rows == 2:
+        axes[1, 0].set_ylabel("evaluation return\n(mean over the evaluation's games)")
+    axes[-1, 0].set_xlabel("agent steps")
+    axes[-1, 0].xaxis.set_major_formatter(EngFormatter())
+    axes[-1, 1].set_xlabel("wall-clock minutes since the run's first event")
     for ax in axes.flat:
         ax.grid(alpha=0.3)
-    if not any(len(run.evals.steps) for run in runs):
-        off = all(run.config is not None and run.config.get("eval_every") == 0 for run in runs)
-        note = "no evaluations: trained with --eval-every 0" if off else "no evaluation logged yet"
-        for ax in axes[1]:
-            ax.text(0.5, 0.5, note, ha="center", va="center", transform=ax.transAxes, color="gray")
     fig.legend(loc="outside right upper", fontsize="small", ncols=columns,
                title="colour: setting; line and marker: seed", title_fontsize="small")
     return fig

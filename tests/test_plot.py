@@ -4,6 +4,7 @@ The runs here are event files written with the trainer's own writer (SummaryWrit
 steps, wall times and values, so every curve point is checked against a hand computation.
 """
 
+import dataclasses
 import importlib.util
 import json
 import subprocess
@@ -211,6 +212,23 @@ def test_twelve_settings_of_six_seeds_are_all_drawn_apart():
                 assert texts[6 * k + seed - 1] == f"vecdqn/Catch-v0 (preset catch) learning_rate={rate}, seed {seed}"
     finally:
         plot.load_pyplot().close(fig)
+
+
+def test_runs_without_evaluations_get_no_evaluation_panels():
+    """Without any evaluation the figure is the training row alone (no empty panels); one run
+    with evaluations brings the evaluation row back for all."""
+    pytest.importorskip("matplotlib")
+    none = Scalars(np.array([], dtype=np.int64), np.array([]), np.array([]))
+    bare = _curves("a", seed=1)
+    bare = dataclasses.replace(bare, evals=none)
+    for runs, panels in (([bare], 2), ([bare, _curves("b", seed=2)], 4)):
+        fig = plot.figure(runs, *plot.line_labels(runs))
+        try:
+            assert len(fig.axes) == panels
+            assert all(len(ax.get_lines()) == len(runs) for ax in fig.axes[:2])
+            assert fig.axes[-2].get_xlabel() == "agent steps"
+        finally:
+            plot.load_pyplot().close(fig)
 
 
 def test_more_seeds_of_one_setting_than_styles_are_refused():
