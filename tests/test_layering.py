@@ -18,6 +18,9 @@ FORBIDDEN = {
     **{f"replay/{path.stem}": {"torch", "gymnasium", "ale_py", "cv2", "vecdqn.agent", "vecdqn.model", "vecdqn.trainer"}
        for path in (PACKAGE / "replay").glob("*.py")},  # every module of the replay package
     "wrappers": {"torch", "vecdqn.agent", "vecdqn.model", "vecdqn.replay", "vecdqn.trainer", "vecdqn.metrics"},
+    "envs": {"torch", "vecdqn.agent", "vecdqn.model", "vecdqn.replay", "vecdqn.trainer", "vecdqn.metrics"},
+    # the one module that names ALE and gymnasium internals: nothing of vecdqn's own
+    "ale_direct": {"torch", "cv2", "vecdqn"},
     "vector": {"torch", "vecdqn.agent", "vecdqn.model", "vecdqn.replay", "vecdqn.trainer", "vecdqn.metrics"},
     "model": {"gymnasium", "ale_py", "cv2", "vecdqn.replay", "vecdqn.wrappers", "vecdqn.trainer"},
     "agent": {"gymnasium", "ale_py", "cv2", "vecdqn.replay", "vecdqn.wrappers", "vecdqn.vector", "vecdqn.trainer"},

@@ -449,7 +449,7 @@ def resumed_config(state: dict[str, Any], overrides: dict[str, Any], run_dir: Pa
             flag = option_flag(name)
             raise ConfigError(f"{flag} {overrides[name]} differs from the run's {saved.get(name)}; {flag} cannot "
                               "change on --resume (start a new run instead)")
-    config = Config.from_dict({**saved, **overrides})
+    config = Config.from_saved(saved, overrides)
     step = int(state["train_state"]["step"])
     if config.total_steps <= step:
         raise ConfigError(f"--total-steps {config.total_steps} is not beyond the checkpoint's agent step {step}; "

@@ -35,9 +35,9 @@ from vecdqn.config import Config, default_torch_threads
 from vecdqn.distributed import require_ray
 from vecdqn.distributed.blocks import Block, BlockIngest
 from vecdqn.distributed.pool import ActorPool, start_ray
+from vecdqn.envs import make_env
 from vecdqn.preflight import ConfigError
 from vecdqn.trainer import Interrupted, Trainer, target_syncs_due, updates_due
-from vecdqn.wrappers import make_env
 
 __all__ = ["DistributedTrainer"]
 
