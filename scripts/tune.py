@@ -23,29 +23,19 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import NoReturn
 
 # Run from a source checkout without installing: make the package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vecdqn.tuning import OPTUNA_MISSING, require_optuna  # noqa: E402
-from vecdqn.tuning.space import SpaceError, parse_space, read_space_file  # noqa: E402
+from vecdqn.cli import OneLineErrorParser, UsageError, error_line, exit_code  # noqa: E402
+from vecdqn.tuning import StudyError, require_optuna  # noqa: E402
+from vecdqn.tuning.space import Dimension, SpaceError, parse_space, read_space_file  # noqa: E402
 
 PROG = "tune.py"
 
 
-class UsageError(Exception):
-    """Bad command-line input: reported as one line, exit code 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # argparse prints the whole usage too; one line is what this script promises.
-        raise UsageError(f"{message} (see {self.prog} --help)")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineErrorParser(
         prog=PROG, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
         usage=f"{PROG} [options] --space NAME=SPEC [--space ...] -- [train.py options]",
         description="Tune train.py's options with Optuna. Each trial is an ordinary run under "
@@ -115,29 +105,37 @@ def check_args(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry; see the module docstring for the exit codes."""
-    own, train_options = split_argv(sys.argv[1:] if argv is None else list(argv))
+    from vecdqn.preflight import ConfigError
+    from vecdqn.tuning.train_command import CommandError
+
+    return exit_code(PROG, lambda: _tune(sys.argv[1:] if argv is None else list(argv)),
+                     bad_input=(SpaceError, CommandError, ConfigError, StudyError))
+
+
+def _tune(argv: list[str]) -> int:
+    """`main`'s body: tune.py's own options and the space first (no Optuna or torch needed for them)."""
+    own, train_options = split_argv(argv)
+    args = build_parser().parse_args(own)
+    check_args(args)
     try:
-        args = build_parser().parse_args(own)
-        check_args(args)
         require_optuna()
-        specs = list(args.space) + (read_space_file(args.space_file) if args.space_file else [])
-        dims = parse_space(specs)
-    except ImportError:
-        print(f"{PROG}: error: {OPTUNA_MISSING}", file=sys.stderr)
-        return 2
-    except (UsageError, SpaceError) as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        return 2
-    return tune(args, dims, train_options)
+    except ImportError as err:
+        raise UsageError(str(err)) from None
+    specs = list(args.space) + (read_space_file(args.space_file) if args.space_file else [])
+    return tune(args, parse_space(specs), train_options)
 
 
-def tune(args: argparse.Namespace, dims: list, train_options: list[str]) -> int:
+def tune(args: argparse.Namespace, dims: list[Dimension], train_options: list[str]) -> int:
     """Check the fixed options and the space against train.py, open the study, run the trials,
-    print the table and the best command line."""
-    # Optuna, torch and the env: imported after the cheap checks above.
+    print the table and the best command line.
+
+    Raises:
+        UsageError, CommandError, ConfigError, StudyError: bad input, before any trial starts.
+    """
+    # Optuna, torch and the env: imported after the cheap checks.
     import optuna
 
-    from vecdqn.preflight import ConfigError, preflight
+    from vecdqn.preflight import preflight
     from vecdqn.tuning.study import (
         OBJECTIVE_LABELS,
         StudyInterrupted,
@@ -147,28 +145,27 @@ def tune(args: argparse.Namespace, dims: list, train_options: list[str]) -> int:
         open_study,
         results_table,
     )
-    from vecdqn.tuning.train_command import CommandError, TrainCommand
+    from vecdqn.tuning.train_command import TrainCommand
 
+    command = TrainCommand.parse(train_options)
+    config = command.config
+    if args.objective == "eval" and not 0 < config.eval_every <= config.total_steps:
+        raise UsageError(f"--objective eval needs periodic evaluations, but --eval-every is {config.eval_every} "
+                         f"with --total-steps {config.total_steps}; give train.py an --eval-every of at most "
+                         "--total-steps after --, or use --objective train")
+    command.check_space(dims)
+    preflight(config)  # the env starts, the log folder is writable, --track's package is there, ...
+    name = args.study_name or "tune-" + config.env_id.replace("/", "-")
+    study_dir = Path(config.log_dir) / name
+    storage = args.storage or f"sqlite:///{study_dir / 'study.db'}"
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # one line per event is printed below instead
+    pruner = make_pruner(args.pruner, args.pruner_startup_trials, args.pruner_warmup_steps, args.prune_below)
     try:
-        command = TrainCommand.parse(train_options)
-        config = command.config
-        if args.objective == "eval" and not 0 < config.eval_every <= config.total_steps:
-            raise UsageError(f"--objective eval needs periodic evaluations, but --eval-every is {config.eval_every} "
-                             f"with --total-steps {config.total_steps}; give train.py an --eval-every of at most "
-                             "--total-steps after --, or use --objective train")
-        command.check_space(dims)
-        preflight(config)  # the env starts, the log folder is writable, --track's package is there, ...
-        name = args.study_name or "tune-" + config.env_id.replace("/", "-")
-        study_dir = Path(config.log_dir) / name
         study_dir.mkdir(parents=True, exist_ok=True)
-        storage = args.storage or f"sqlite:///{study_dir / 'study.db'}"
-        optuna.logging.set_verbosity(optuna.logging.ERROR)  # one line per event is printed below instead
-        pruner = make_pruner(args.pruner, args.pruner_startup_trials, args.pruner_warmup_steps, args.prune_below)
-        study = open_study(name, storage, pruner, seed=args.sampler_seed, objective=args.objective,
-                           train_options=train_options)
-    except (UsageError, CommandError, ConfigError, ValueError, OSError) as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        return 2
+    except OSError as err:
+        raise UsageError(f"cannot make the study folder {study_dir}: {err.strerror}") from None
+    study = open_study(name, storage, pruner, seed=args.sampler_seed, objective=args.objective,
+                       train_options=train_options)
     extra = {"wandb_group": name} if config.track and not config.wandb_group else {}
     runner = TrialRunner(command, dims, args.objective, study_dir, say=lambda line: print(line, flush=True),
                          extra=extra)
@@ -179,10 +176,9 @@ def tune(args: argparse.Namespace, dims: list, train_options: list[str]) -> int:
     try:
         study.optimize(runner, n_trials=args.n_trials, timeout=args.timeout, catch=(TrialFailed,))
     except (StudyInterrupted, KeyboardInterrupt) as stop:
-        code = stop.exit_code if isinstance(stop, StudyInterrupted) else 130
-        print(f"{PROG}: stopped; the running trial was checkpointed and marked failed. Continue the study with the "
-              "same command.", file=sys.stderr)
-        return code
+        print(f"{PROG}: stopped; a trial that was running checkpointed its run and is marked failed. Continue the "
+              "study with the same command.", file=sys.stderr)
+        return stop.exit_code if isinstance(stop, StudyInterrupted) else 130
     finally:
         runner.uninstall()
     print("\n" + results_table(study, dims, args.top))
@@ -196,7 +192,8 @@ def tune(args: argparse.Namespace, dims: list, train_options: list[str]) -> int:
         print(f"\nbest: trial {best.number} ({label} {best.value:.4g}); reproduce it with:\n"
               f"  {best.user_attrs['command']}")
     if not finished:
-        print(f"{PROG}: error: every trial of this invocation failed; see their train.log", file=sys.stderr)
+        print(error_line(PROG, RuntimeError("every trial of this invocation failed; see their train.log")),
+              file=sys.stderr)
         return 1
     return 0
 

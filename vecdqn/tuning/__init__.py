@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import importlib.util
 
-__all__ = ["OPTUNA_MISSING", "require_optuna"]
+__all__ = ["OPTUNA_MISSING", "StudyError", "require_optuna"]
 
 OPTUNA_MISSING = 'the optuna package is not installed; scripts/tune.py needs it: pip install -e ".[tune]"'
+
+
+class StudyError(ValueError):
+    """A study that cannot be opened or continued as asked (one line: what and what to do)."""
 
 
 def require_optuna() -> None:

@@ -28,11 +28,13 @@ from typing import Any
 
 import optuna
 
+from vecdqn.tuning import StudyError
 from vecdqn.tuning.space import Dimension
 from vecdqn.tuning.train_command import TrainCommand
 from vecdqn.tuning.trial_run import EventFollower, TrialProcess
 
-__all__ = ["StudyInterrupted", "TrialFailed", "TrialRunner", "make_pruner", "open_study", "results_table"]
+__all__ = ["StudyError", "StudyInterrupted", "TrialFailed", "TrialRunner", "make_pruner", "open_study",
+           "results_table"]
 
 # Seconds between heartbeats of a running trial, and after which a silent one counts as dead
 # (a tuner killed outright; see the module docstring).
@@ -71,17 +73,17 @@ def make_pruner(kind: str, startup_trials: int = 5, warmup_steps: int = 0,
         prune_below: the threshold pruner's lower bound (objective units).
 
     Raises:
-        ValueError: an unknown kind, or ``"threshold"`` without ``prune_below``.
+        StudyError: an unknown kind, or ``"threshold"`` without ``prune_below``.
     """
     if kind == "median":
         return optuna.pruners.MedianPruner(n_startup_trials=startup_trials, n_warmup_steps=warmup_steps)
     if kind == "threshold":
         if prune_below is None:
-            raise ValueError("--pruner threshold needs --prune-below VALUE")
+            raise StudyError("--pruner threshold needs --prune-below VALUE")
         return optuna.pruners.ThresholdPruner(lower=prune_below, n_warmup_steps=warmup_steps)
     if kind == "none":
         return optuna.pruners.NopPruner()
-    raise ValueError(f"--pruner {kind!r} is not one of median, threshold, none")
+    raise StudyError(f"--pruner {kind!r} is not one of median, threshold, none")
 
 
 def open_study(name: str, storage_url: str, pruner: optuna.pruners.BasePruner, *, seed: int | None = None,
@@ -96,7 +98,7 @@ def open_study(name: str, storage_url: str, pruner: optuna.pruners.BasePruner, *
             not sample its first trials' values again.
 
     Raises:
-        ValueError: the storage cannot be opened, or the study was run with another objective or
+        StudyError: the storage cannot be opened, or the study was run with another objective or
             other fixed options.
     """
     try:
@@ -104,7 +106,7 @@ def open_study(name: str, storage_url: str, pruner: optuna.pruners.BasePruner, *
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             storage = optuna.storages.RDBStorage(storage_url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
     except Exception as err:  # SQLAlchemy's and the driver's errors alike
-        raise ValueError(f"--storage {storage_url}: cannot open it ({type(err).__name__}: "
+        raise StudyError(f"--storage {storage_url}: cannot open it ({type(err).__name__}: "
                          f"{str(err).splitlines()[0] if str(err) else ''})") from None
     study = optuna.create_study(study_name=name, storage=storage, direction="maximize", pruner=pruner,
                                 load_if_exists=True)
@@ -113,10 +115,10 @@ def open_study(name: str, storage_url: str, pruner: optuna.pruners.BasePruner, *
         study.set_user_attr("objective", objective)
         study.set_user_attr("train_options", list(train_options))
     elif saved.get("objective") != objective:
-        raise ValueError(f"study {name!r} optimizes the {saved.get('objective')} objective, not {objective}; give "
+        raise StudyError(f"study {name!r} optimizes the {saved.get('objective')} objective, not {objective}; give "
                          f"--objective {saved.get('objective')} to continue it, or another --study-name")
     elif saved.get("train_options") != list(train_options):
-        raise ValueError(f"study {name!r} was run with the train.py options {' '.join(saved['train_options'])!r}, "
+        raise StudyError(f"study {name!r} was run with the train.py options {' '.join(saved['train_options'])!r}, "
                          "not these; give the same options after -- to continue it, or another --study-name")
     study.sampler = optuna.samplers.TPESampler(seed=None if seed is None else seed + len(study.trials))
     return study

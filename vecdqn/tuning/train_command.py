@@ -8,13 +8,11 @@ on a value the space could have been told to avoid.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from vecdqn.cli import build_parser, explicit_options, parse_args
+from vecdqn.cli import UsageError, build_parser, explicit_options, parse_config
 from vecdqn.config import Config, option_flag
 from vecdqn.tuning.space import FIXED_BY_TUNER, Dimension, option_flags
 
@@ -29,16 +27,12 @@ def _parse(argv: list[str]) -> Config:
     """``argv`` parsed and validated as ``train.py`` does it.
 
     Raises:
-        CommandError: ``train.py``'s own one-line message, without its ``error:`` prefix.
+        CommandError: ``train.py``'s own one-line message.
     """
-    said = io.StringIO()
     try:
-        with contextlib.redirect_stderr(said):
-            return parse_args(argv)
-    except SystemExit:
-        lines = said.getvalue().strip().splitlines() or ["train.py refused these options"]
-        message = lines[-1].removeprefix("train.py: ").removeprefix("error: ")
-        raise CommandError(message.removesuffix(" (see train.py --help)")) from None
+        return parse_config(argv)[0]
+    except UsageError as err:
+        raise CommandError(str(err).removesuffix(" (see train.py --help)")) from None
 
 
 @dataclass
