@@ -7,15 +7,15 @@ import signal
 import sys
 
 from vecdqn import checkpoint
-from vecdqn.config import build_parser, explicit_options, parse_args
+from vecdqn.config import build_parser, check_given_options, explicit_options, parse_args
 from vecdqn.preflight import ConfigError
-from vecdqn.trainer import Interrupted, NonFiniteError, Trainer
+from vecdqn.trainer import Interrupted, NonFiniteError, Trainer, TrainerBase
 from vecdqn.vector import WorkerError
 
 __all__ = ["main"]
 
 
-def trainer_class(actors: int) -> type[Trainer]:
+def trainer_class(actors: int) -> type[TrainerBase]:
     """`Trainer` for ``--actors 0``, else the distributed trainer.
 
     Raises:
@@ -49,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         if config.resume:
             given = explicit_options(build_parser(), argv) - {"resume"}
             actors = config.actors if "actors" in given else saved_actors(config.resume)
+            try:
+                check_given_options(given, actors)
+            except ValueError as err:
+                raise ConfigError(str(err)) from None
             trainer = trainer_class(actors).from_checkpoint(config.resume, {k: getattr(config, k) for k in given})
         else:
             trainer = trainer_class(config.actors)(config)

@@ -302,8 +302,7 @@ class Config:
         if self.n_step > MAX_N_STEP:
             raise ValueError(f"--n-step {self.n_step} is too long; use at most {MAX_N_STEP} (Rainbow uses 3)")
         self._validate_actors()
-        envs, envs_said = ((self.actors * self.actor_envs, f"--actors {self.actors} x --actor-envs {self.actor_envs}")
-                           if self.actors else (self.num_envs, f"--num-envs {self.num_envs}"))
+        envs, envs_said = self.env_workers()
         ring = self.buffer_size // envs
         if ring < 2 * self.frame_stack + self.n_step:
             raise ValueError(
@@ -347,6 +346,13 @@ class Config:
                              "games and the replay refills for --learning-starts agent steps; drop --save-replay")
         if self.actors and self.seed + self.actors * self.actor_envs > 2**32:
             raise ValueError(f"--seed {self.seed} + --actors x --actor-envs exceeds 2**32; use a smaller seed")
+
+    def env_workers(self) -> tuple[int, str]:
+        """``(count, options)``: the env worker processes of the run and the options that set
+        them: ``--actors A x --actor-envs K`` with actors, else ``--num-envs N``."""
+        if self.actors:
+            return self.actors * self.actor_envs, f"--actors {self.actors} x --actor-envs {self.actor_envs}"
+        return self.num_envs, f"--num-envs {self.num_envs}"
 
     def schedule_points(self, quantity: str) -> list[tuple[float, float]]:
         """The ``(agent step, value)`` points of the ``"epsilon"``, ``"per_beta"`` or
@@ -446,6 +452,32 @@ SCHEDULE_SHORTHANDS = {
 }
 
 
+# Options that --actors replaces: each actor plays its own --actor-envs envs with its own fixed
+# epsilon (Horgan et al. 2018), so the single-process envs and epsilon schedule are not used.
+NOT_WITH_ACTORS = ("num_envs", "epsilon_start", "epsilon_end", "epsilon_decay_steps", "epsilon_schedule")
+# Options that only a run with --actors uses.
+ACTOR_OPTIONS = ("actor_envs", "ray_address", "weight_sync_every", "apex_epsilon", "apex_alpha", "actor_block_steps")
+
+
+def check_given_options(given: set[str], actors: int) -> None:
+    """Refuse options given explicitly (``given``: `Config` field names) that a run with
+    ``actors`` actors would not use, rather than drop them silently.
+
+    Raises:
+        ValueError: one line naming the options and what to do instead.
+    """
+    unused = [n for n in (NOT_WITH_ACTORS if actors else ACTOR_OPTIONS) if n in given]
+    if not unused:
+        return
+    flags = ", ".join(option_flag(n) for n in unused)
+    one = len(unused) == 1
+    if actors:
+        raise ValueError(f"{flags} cannot be used with --actors {actors}: each actor plays --actor-envs envs with "
+                         f"its own fixed epsilon (--apex-epsilon, --apex-alpha); drop {'it' if one else 'them'}")
+    raise ValueError(f"{flags} only appl{'ies' if one else 'y'} with --actors N (N >= 1, Ray actors); add --actors "
+                     f"or drop {'it' if one else 'them'}")
+
+
 def option_flag(name: str) -> str:
     """The command-line flag of a `Config` field: ``"n_step" -> "--n-step"``."""
     return "--" + name.replace("_", "-")
@@ -509,6 +541,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         # The saved configuration, updated with the options given here, is checked on resume.
         return config
     try:
+        check_given_options(given, config.actors)
         config.validate()
     except ValueError as err:
         parser.exit(2, f"error: {err}\n")
