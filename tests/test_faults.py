@@ -231,8 +231,11 @@ def test_sticky_actions_default_to_the_env_ids_own(env_id, sticky):
 def test_no_eta_during_the_warm_up(tmp_path, capsys):
     logger = MetricsLogger(str(tmp_path), {}, 1_000, progress=True)
     assert "warm-up" in logger.bar.bar_format and "remaining" not in logger.bar.bar_format
+    logger.progress(96)
     logger.learning_started(100)
     assert logger.bar.bar_format is None and logger.bar.n == 100  # tqdm's default format: rate and ETA
+    logger.progress(164)
+    assert logger.bar.n == 164  # not 168: the new bar counts on from 100
     logger.close()
 
 
