@@ -16,12 +16,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from vecdqn.benchmarks import QUICK, SECTIONS, Row, run_sections  # noqa: E402
-from vecdqn.config import OneLineErrorParser  # noqa: E402
+from vecdqn.cli import OneLineErrorParser, UsageError, fail  # noqa: E402
+
+PROG = "benchmark.py"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineErrorParser(prog="benchmark.py", description=__doc__.split("\n\n")[0], allow_abbrev=False,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineErrorParser(prog=PROG, description=__doc__.split("\n\n")[0], allow_abbrev=False,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5,
                         help="interleaved rounds per row; rows are medians (default 5)")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the rows as a JSON list")
@@ -34,6 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
     """``(args, the chosen section names)``; exits 2 with one line on a bad command line."""
+    try:
+        return _parse(argv)
+    except UsageError as err:
+        fail(PROG, err)
+
+
+def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.quick:  # parse again with the small sizes as defaults, so that explicit flags win

@@ -22,7 +22,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn
 
 # Run from a source checkout without installing: make the package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -31,14 +30,11 @@ import gymnasium as gym  # noqa: E402
 
 from vecdqn.agent import select_device  # noqa: E402
 from vecdqn.checkpoint import CheckpointError, Policy, load_policy  # noqa: E402
+from vecdqn.cli import OneLineErrorParser, UsageError, exit_code  # noqa: E402
 from vecdqn.evaluation import EvalResult, evaluate  # noqa: E402
 from vecdqn.scores import HUMAN_RANDOM_SCORES  # noqa: E402
 
 PROG = "evaluate.py"
-
-
-class UsageError(Exception):
-    """Bad command-line input: reported as one line, exit code 2."""
 
 
 class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -50,14 +46,8 @@ class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # argparse prints the usage block too; one line is what this script promises.
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineErrorParser(
         prog=PROG,
         description="Evaluate a vecdqn checkpoint on whole games; print raw and human-normalized "
         "scores.",
@@ -218,41 +208,37 @@ def format_table(result: EvalResult, policy: Policy) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = build_parser().parse_args(argv)
-        _check_args(args)
-        device = select_device(args.device)
-        policy = load_policy(args.checkpoint, device)
-        seed = policy.config.seed if args.seed is None else args.seed
-        result = evaluate(
-            policy.network,
-            policy.config,
-            episodes=args.episodes,
-            epsilon=args.epsilon,
-            seed=seed,
-            device=device,
-            noop_max=args.noop_max,
-            max_episode_frames=args.max_episode_frames,
-            video_path=args.video,
-            fire_on_life_loss=args.fire_on_life_loss,
-        )
-        print(format_table(result, policy))
-        if args.json is not None:
-            record = {
-                "checkpoint": str(policy.path),
-                "checkpoint_step": policy.step,
-                **result.to_dict(),
-            }
-            Path(args.json).write_text(json.dumps(record, indent=2, allow_nan=False) + "\n")
-    except (UsageError, CheckpointError, ValueError, OSError, gym.error.Error) as err:
-        # Bad input: one line, no traceback. A message may span lines (torch's); keep the first.
-        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
-    return 0
+    """Exit codes: 0 done; 2 bad input (an option, the checkpoint, an output path), one line on
+    stderr before any game is played; 130 interrupted."""
+    return exit_code(PROG, lambda: _evaluate(argv), bad_input=(CheckpointError, ValueError, OSError, gym.error.Error))
+
+
+def _evaluate(argv: list[str] | None) -> None:
+    args = build_parser().parse_args(argv)
+    _check_args(args)
+    device = select_device(args.device)
+    policy = load_policy(args.checkpoint, device)
+    seed = policy.config.seed if args.seed is None else args.seed
+    result = evaluate(
+        policy.network,
+        policy.config,
+        episodes=args.episodes,
+        epsilon=args.epsilon,
+        seed=seed,
+        device=device,
+        noop_max=args.noop_max,
+        max_episode_frames=args.max_episode_frames,
+        video_path=args.video,
+        fire_on_life_loss=args.fire_on_life_loss,
+    )
+    print(format_table(result, policy))
+    if args.json is not None:
+        record = {
+            "checkpoint": str(policy.path),
+            "checkpoint_step": policy.step,
+            **result.to_dict(),
+        }
+        Path(args.json).write_text(json.dumps(record, indent=2, allow_nan=False) + "\n")
 
 
 if __name__ == "__main__":

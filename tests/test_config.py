@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from vecdqn.config import PRESETS, Config, build_parser, default_torch_threads, parse_args
+from vecdqn.cli import build_parser, parse_args
+from vecdqn.config import PRESETS, Config, default_torch_threads
 from vecdqn.schedules import PiecewiseLinear
 
 ROOT = Path(__file__).resolve().parents[1]

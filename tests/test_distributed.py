@@ -149,9 +149,8 @@ def test_missing_ray_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("args", [["--actors", "-1"], ["--actors", "2", "--save-replay"],
                                   ["--actors", "2", "--actor-envs", "0"], ["--actors", "2", "--apex-epsilon", "1.5"]])
 def test_bad_distributed_options_exit_2(tmp_path, args, capsys):
-    with pytest.raises(SystemExit) as stop:
-        cli.main(["--preset", "catch", "--log-dir", str(tmp_path), *args])
-    assert stop.value.code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert cli.main(["--preset", "catch", "--log-dir", str(tmp_path), *args]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("args, named", [
@@ -165,10 +164,9 @@ def test_bad_distributed_options_exit_2(tmp_path, args, capsys):
 def test_options_a_run_would_not_use_are_refused(tmp_path, args, named, capsys):
     """Finding 7: the ε options and --num-envs with --actors (Ape-X actors play their own fixed
     ε and envs), and the actor options without it: one line naming them, exit 2, nothing started."""
-    with pytest.raises(SystemExit) as stop:
-        cli.main(["--preset", "catch", "--log-dir", str(tmp_path), *args])
+    assert cli.main(["--preset", "catch", "--log-dir", str(tmp_path), *args]) == 2
     err = capsys.readouterr().err.strip()
-    assert stop.value.code == 2 and len(err.splitlines()) == 1 and err.startswith(f"error: {named} ")
+    assert len(err.splitlines()) == 1 and err.startswith(f"train.py: error: {named} ")
     assert not any(tmp_path.iterdir())
 
 
@@ -178,7 +176,7 @@ def test_options_a_resumed_run_would_not_use_are_refused(tmp_path, capsys):
     code = cli.main(["--resume", str(tmp_path / "run"), "--actors", "1", "--epsilon-end", "0.2"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
-    assert err.startswith("error: --epsilon-end cannot be used with --actors 1")
+    assert err.startswith("train.py: error: --epsilon-end cannot be used with --actors 1")
 
 
 def test_preflight_counts_the_actors_env_workers(tmp_path, monkeypatch):
@@ -426,7 +424,7 @@ def test_catch_preset_learns_with_two_actors(tmp_path):
     pytest.importorskip("ray")
     from test_learning import learned
 
-    from vecdqn.config import parse_args
+    from vecdqn.cli import parse_args
     from vecdqn.distributed.learner import DistributedTrainer
 
     config = parse_args(["--preset", "catch", "--actors", "2", "--log-dir", str(tmp_path), "--seed", "1"])

@@ -14,8 +14,11 @@ import cv2
 import numpy as np
 import pytest
 
+from vecdqn import checkpoint
 from vecdqn.checkpoint import load_policy
+from vecdqn.config import PRESETS, Config
 from vecdqn.evaluation import evaluate
+from vecdqn.model import QNetwork
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "evaluate.py"
@@ -178,6 +181,26 @@ def test_corrupt_checkpoint_exits_2_with_one_line(tmp_path, save_fresh_checkpoin
     bad = tmp_path / "bad.pt"
     bad.write_bytes(good.read_bytes()[:500])  # truncated
     _assert_one_line_exit_2(_run(str(bad)), "corrupt")
+
+
+def test_a_config_that_does_not_fit_its_network_exits_2_before_play(tmp_path, capsys):
+    """A Catch-preset network (44 px, 128 units) saved with a config that says 84 px: one line
+    naming both shapes, exit 2, no game played (it was a RuntimeError traceback from the first
+    forward pass, mat1 and mat2 shapes 1x3136 and 256x128)."""
+    config = Config(**{**PRESETS["catch"], "screen_size": 84})
+    network = QNetwork(3, screen_size=44, hidden_size=128)
+    path = checkpoint.save_atomic({
+        "format": checkpoint.CHECKPOINT_FORMAT, "config": config.to_dict(), "train_state": {"step": 10},
+        "agent": {"online": network.state_dict()}, "n_actions": 3, "obs_shape": (4, 44, 44),
+    }, tmp_path / "c.pt")
+    assert _script().main([str(path), "--episodes", "1"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == (
+        f"evaluate.py: error: checkpoint {path} holds a network for (4, 44, 44) observations, but its config makes "
+        "(4, 84, 84) ones (frame_stack 4, screen_size 84); its config and network do not belong together\n")
+    # The library too refuses such a pair before playing, with a ValueError naming the shapes.
+    with pytest.raises(ValueError, match=r"cannot take a \(4, 84, 84\) observation of vecdqn/Catch-v0 \(mat1"):
+        evaluate(network, config, episodes=1, epsilon=0.0, seed=0, device="cpu")
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 """Faults a user meets: a worker killed between steps, a checkpoint and its replay out of step,
 TensorBoard after a resume, games hidden by shared steps, abbreviated flags, crafted checkpoints,
-a full disk, the env id's sticky actions and the warm-up's ETA."""
+a full disk, the env id's sticky actions and the warm-up's ETA, and options given with --resume."""
 
+import json
 import os
 import pickle
 import subprocess
@@ -17,10 +18,11 @@ import torch
 from helpers import catch_config
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from vecdqn import checkpoint, preflight, safe_pickle
+from vecdqn import checkpoint, cli, preflight, safe_pickle
 from vecdqn.checkpoint import CheckpointError
+from vecdqn.config import Config
 from vecdqn.metrics import MetricsLogger
-from vecdqn.trainer import Trainer, WorkerError
+from vecdqn.trainer import ConfigError, Trainer, WorkerError
 from vecdqn.wrappers import make_env, set_env_state
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -244,3 +246,52 @@ def test_replay_loads_with_numpy_state_intact(tmp_path):
     state = checkpoint.load_training(tmp_path / "run" / "checkpoints" / "latest.pt")
     buffer, _ = checkpoint.load_replay(state)
     assert len(buffer) > 0 and isinstance(buffer.sample(8).obs, np.ndarray)
+
+
+# 9. Options given with --resume replace the saved ones -----------------------------------------------
+def test_a_shorthand_given_on_resume_replaces_the_saved_schedule():
+    saved = Config(epsilon_schedule="0:1.0,1000:0.1", learning_rate_schedule="0:1e-3,1000:1e-4").to_dict()
+    config = Config.from_saved(saved, {"epsilon_end": 0.5, "epsilon_decay_steps": 1})
+    assert config.epsilon_schedule == "" and config.schedule_points("epsilon") == [(0, 1.0), (1, 0.5)]
+    assert config.schedule_points("learning_rate") == [(0, 1e-3), (1000, 1e-4)]  # not given: kept
+    config = Config.from_saved(saved, {"learning_rate": 3e-4})
+    assert config.learning_rate_schedule == "" and config.schedule_points("learning_rate") == [(0, 3e-4)]
+    assert config.epsilon_schedule == saved["epsilon_schedule"]
+    # The reverse: a schedule given over a run of two-point options wins over them.
+    assert Config.from_saved(Config().to_dict(), {"epsilon_schedule": "0:0.3"}).schedule_points("epsilon") == [(0, 0.3)]
+
+
+def test_resume_with_two_point_options_switches_a_scheduled_run_to_them(tmp_path):
+    """The run started with --epsilon-schedule and --learning-rate-schedule; resumed with
+    --epsilon-end 0.5 --epsilon-decay-steps 1 --learning-rate 3e-4 it logs those values (it kept
+    following the saved schedules: epsilon ~0.9995)."""
+    Trainer(catch_config(tmp_path, total_steps=300, run_name="run", epsilon_schedule="0:1.0,1000000:0.0",
+                         learning_rate_schedule="0:1e-3,1000000:1e-4"), progress=False).run()
+    run = tmp_path / "run"
+    assert cli.main(["--resume", str(run), "--total-steps", "600", "--epsilon-end", "0.5", "--epsilon-decay-steps",
+                     "1", "--learning-rate", "3e-4"]) == 0
+    acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
+    acc.Reload()
+    epsilon = {e.step: e.value for e in acc.Scalars("charts/epsilon")}
+    learning_rate = {e.step: e.value for e in acc.Scalars("charts/learning_rate")}
+    assert [epsilon[s] for s in (400, 500, 600)] == pytest.approx([0.5] * 3)
+    # The logged rate is the optimizer's, set before each update; updates restart at step 400,
+    # once the replay has refilled --learning-starts (100) agent steps.
+    assert [learning_rate[s] for s in (500, 600)] == pytest.approx([3e-4] * 2)
+    saved = json.loads((run / "config.json").read_text())
+    assert (saved["epsilon_schedule"], saved["learning_rate_schedule"], saved["epsilon_end"]) == ("", "", 0.5)
+
+
+def test_a_preset_given_on_resume_is_refused_in_one_line(tmp_path, capsys):
+    """It was recorded in config.json (preset: pong) while every value stayed Catch's."""
+    Trainer(catch_config(tmp_path, total_steps=200, run_name="run", preset="catch"), progress=False).run()
+    run = tmp_path / "run"
+    before = (run / "config.json").read_text()
+    assert cli.main(["--resume", str(run), "--preset", "pong", "--total-steps", "400"]) == 2
+    assert capsys.readouterr().err == (
+        "train.py: error: --preset pong cannot be given with --resume: the run continues with its saved values; "
+        "give the options to change one by one (e.g. --total-steps)\n")
+    assert (run / "config.json").read_text() == before
+    # Through the library, another preset than the run's is refused like any option the run cannot follow.
+    with pytest.raises(ConfigError, match="--preset pong differs from the run's catch; --preset cannot change"):
+        Trainer.from_checkpoint(run, {"preset": "pong", "total_steps": 400}, progress=False)

@@ -238,9 +238,7 @@ def test_trainer_runs_with_prefetch_and_device_frames(tmp_path, device):
     (["--prefetch=yes"], "ignored explicit argument"),
 ])
 def test_bad_options_exit_2_with_one_line(argv, message, capsys):
-    with pytest.raises(SystemExit) as stop:
-        main(["--preset", "catch", *argv])
-    assert stop.value.code == 2
+    assert main(["--preset", "catch", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
 
@@ -249,8 +247,8 @@ def test_bad_options_exit_2_with_one_line(argv, message, capsys):
 def test_replay_device_cuda_refused_without_cuda(tmp_path, capsys):
     assert main(["--preset", "catch", "--log-dir", str(tmp_path), "--replay-device", "cuda"]) == 2
     err = capsys.readouterr().err
-    assert err == "error: --replay-device cuda was asked for but CUDA is not available; use --replay-device cpu " \
-                  "or auto\n"
+    assert err == ("train.py: error: --replay-device cuda was asked for but CUDA is not available; use "
+                   "--replay-device cpu or auto\n")
 
 
 # -- does it still learn? ------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import vecdqn.agent
-from vecdqn.config import parse_args
+from vecdqn.cli import parse_args
 from vecdqn.evaluation import evaluate
 from vecdqn.trainer import Trainer
 from vecdqn.wrappers import make_env

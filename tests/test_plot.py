@@ -4,6 +4,7 @@ The runs here are event files written with the trainer's own writer (SummaryWrit
 steps, wall times and values, so every curve point is checked against a hand computation.
 """
 
+import dataclasses
 import importlib.util
 import json
 import subprocess
@@ -15,12 +16,13 @@ import numpy as np
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-from vecdqn.curves import EVAL_TAG, TRAIN_TAG, read_run, report, seed_groups, trailing_mean
+from vecdqn.curves import EVAL_TAG, TRAIN_TAG, RunCurves, Scalars, read_run, report, seed_groups, trailing_mean
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "plot.py"
 T0 = 1_700_000_000.0  # wall time of each run's first event (the event file opening), in seconds
 CONFIG = {"env_id": "vecdqn/Catch-v0", "preset": "catch", "n_step": 1, "total_steps": 10_000, "log_dir": "runs"}
+MISSING = 'plot.py: error: -o needs matplotlib: pip install -e ".[plot]" (without -o only the tables are printed)\n'
 
 
 def _load_plot():
@@ -164,6 +166,77 @@ def test_seeds_are_grouped_and_experiments_named_by_what_differs():
     ]
 
 
+def test_labels_show_as_many_differing_options_as_it_takes_to_tell_groups_apart():
+    """Four options differ; the first three in name order (a, b, c) do not tell groups 0 and 1 apart."""
+    configs = [{**CONFIG, "a": 1, "b": 1, "c": 1, "d": d, "seed": 1} for d in (1, 2)]
+    configs.append({**CONFIG, "a": 2, "b": 2, "c": 2, "d": 1, "seed": 1})
+    _, labels = seed_groups(configs, ["x", "y", "z"])
+    base = "vecdqn/Catch-v0 (preset catch)"
+    assert labels == [f"{base} a=1 b=1 c=1 d=1", f"{base} a=1 b=1 c=1 d=2", f"{base} a=2 b=2 c=2 d=1"]
+    five = [{**CONFIG, "a": k, "b": k, "c": k, "d": k, "e": k, "seed": 1} for k in (1, 2)]
+    assert seed_groups(five, ["x", "y"])[1] == [f"{base} a=1 b=1 c=1 ...", f"{base} a=2 b=2 c=2 ..."]
+
+
+def _curves(name: str, **config) -> RunCurves:
+    """A run's curves in memory: three games, two evaluations (values by hand, no event files)."""
+    steps, minutes = np.array([40, 80, 120]), np.array([1.0, 2.0, 3.0])
+    games = Scalars(steps, minutes, np.array([1.0, 2.0, 3.0]))
+    evals = Scalars(np.array([60, 120]), np.array([1.5, 3.0]), np.array([1.0, 2.0]))
+    return RunCurves(Path(name), {**CONFIG, **config}, games, games, evals, games, window=100)
+
+
+def test_twelve_settings_of_six_seeds_are_all_drawn_apart():
+    """72 runs: no two share colour, line style and marker in any panel, and the legend names each
+    run's setting and seed (with ten colours and four line styles, 12 x 6 runs drew alike)."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_hex
+
+    rates = [1e-4 * (k + 1) for k in range(12)]
+    runs = [_curves(f"lr{k}_s{seed}", learning_rate=rate, seed=seed) for k, rate in enumerate(rates)
+            for seed in range(1, 7)]
+    group, labels = plot.line_labels(runs)
+    assert group == [k for k in range(12) for _ in range(6)]
+    fig = plot.figure(runs, group, labels)
+    try:
+        for ax in fig.axes:
+            lines = ax.get_lines()
+            assert len(lines) == 72
+            assert len({(to_hex(line.get_color()), line.get_linestyle(), line.get_marker()) for line in lines}) == 72
+        colours = [to_hex(line.get_color()) for line in fig.axes[0].get_lines()]
+        assert len(set(colours)) == 12 and all(colours[i] == colours[i - i % 6] for i in range(72))
+        (legend,) = fig.legends
+        texts = [t.get_text() for t in legend.get_texts()]
+        assert texts == labels and len(set(texts)) == 72
+        for k, rate in enumerate(rates):
+            for seed in range(1, 7):
+                assert texts[6 * k + seed - 1] == f"vecdqn/Catch-v0 (preset catch) learning_rate={rate}, seed {seed}"
+    finally:
+        plot.load_pyplot().close(fig)
+
+
+def test_runs_without_evaluations_get_no_evaluation_panels():
+    """Without any evaluation the figure is the training row alone (no empty panels); one run
+    with evaluations brings the evaluation row back for all."""
+    pytest.importorskip("matplotlib")
+    none = Scalars(np.array([], dtype=np.int64), np.array([]), np.array([]))
+    bare = _curves("a", seed=1)
+    bare = dataclasses.replace(bare, evals=none)
+    for runs, panels in (([bare], 2), ([bare, _curves("b", seed=2)], 4)):
+        fig = plot.figure(runs, *plot.line_labels(runs))
+        try:
+            assert len(fig.axes) == panels
+            assert all(len(ax.get_lines()) == len(runs) for ax in fig.axes[:2])
+            assert fig.axes[-2].get_xlabel() == "agent steps"
+        finally:
+            plot.load_pyplot().close(fig)
+
+
+def test_more_seeds_of_one_setting_than_styles_are_refused():
+    assert len(set(plot.seed_styles([0] * plot.MAX_SEEDS))) == plot.MAX_SEEDS
+    with pytest.raises(plot.UsageError, match=f"{plot.MAX_SEEDS + 1} runs of one setting cannot be told apart"):
+        plot.seed_styles([0] * (plot.MAX_SEEDS + 1))
+
+
 def test_tables_without_output_need_no_figure(two_seeds, capsys):
     assert plot.main([str(p) for p in two_seeds]) == 0
     out, err = capsys.readouterr()
@@ -192,7 +265,7 @@ def test_tables_need_no_matplotlib(two_seeds, tmp_path, monkeypatch, capsys):
     assert plot.main([str(two_seeds[0])]) == 0
     assert capsys.readouterr().out.startswith(f"{two_seeds[0]}: ")
     assert plot.main([str(two_seeds[0]), "-o", str(tmp_path / "curves.png")]) == 2
-    assert capsys.readouterr() == ("", 'error: scripts/plot.py needs matplotlib: pip install -e ".[plot]"\n')
+    assert capsys.readouterr() == ("", MISSING)
 
 
 def test_missing_matplotlib_is_one_line(two_seeds, tmp_path):
@@ -204,7 +277,7 @@ def test_missing_matplotlib_is_one_line(two_seeds, tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert done.stderr == 'error: scripts/plot.py needs matplotlib: pip install -e ".[plot]"\n'
+    assert done.stderr == MISSING
     assert done.stdout == "" and not png.exists()
 
 

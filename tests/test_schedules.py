@@ -7,7 +7,8 @@ import torch
 from helpers import catch_config
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from vecdqn.config import Config, parse_args, parse_pairs
+from vecdqn.cli import parse_args
+from vecdqn.config import Config, parse_pairs
 from vecdqn.schedules import Schedules
 from vecdqn.trainer import Trainer
 

@@ -15,6 +15,7 @@ from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation, Record
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vecdqn import ale_direct
 from vecdqn.wrappers import (
     EpisodicLife,
     FireReset,
@@ -485,7 +486,7 @@ def test_max_and_skip_direct_path_equals_stepping_the_layers(env_id, options, ex
     (the game's statistics included) and the statistics' queues."""
     direct, layered = make_env(env_id, **options), make_env(env_id, **options)
     _layer(layered, MaxAndSkip)._direct = None
-    assert _layer(direct, MaxAndSkip)._direct is not None
+    assert _layer(direct, MaxAndSkip).direct_path
     rng = np.random.default_rng(5)
     assert np.array_equal(direct.reset(seed=9)[0], layered.reset(seed=9)[0])
     ends = {"terminated": 0, "truncated": 0, "game": 0}
@@ -516,6 +517,31 @@ def test_max_and_skip_direct_path_equals_stepping_the_layers(env_id, options, ex
     assert stats.episode_count == ref_stats.episode_count
 
 
+def test_the_direct_paths_internals_are_all_there():
+    """MaxAndSkip's direct path relies on ALE and gymnasium internals (listed in
+    vecdqn/ale_direct.py). An installed version without one would quietly turn it off and make
+    every run slower: this names what is missing instead."""
+    assert ale_direct.missing_internals() == []
+    for env_id in ("ALE/Breakout-v5", "PongNoFrameskip-v4"):
+        assert _layer(make_env(env_id), MaxAndSkip).direct_path, env_id
+
+
+def test_a_missing_internal_is_named_and_turns_the_direct_path_off(monkeypatch):
+    """As with an ale_py whose AtariEnv lost an attribute the direct path reads."""
+    monkeypatch.setattr(ale_direct, "ATARI_ENV_ATTRIBUTES", (*ale_direct.ATARI_ENV_ATTRIBUTES, "_gone"))
+    assert ale_direct.missing_internals() == ["ale_py.AtariEnv._gone"]
+    assert not _layer(make_env("ALE/Breakout-v5"), MaxAndSkip).direct_path
+
+
+def test_make_atari_env_is_still_importable_from_wrappers():
+    from vecdqn import envs, wrappers
+
+    assert wrappers.make_atari_env is envs.make_atari_env is envs.make_env
+    assert wrappers.make_env is envs.make_env
+    with pytest.raises(AttributeError, match="no attribute 'make_nothing'"):
+        wrappers.make_nothing  # noqa: B018
+
+
 def test_max_and_skip_steps_the_layers_under_any_other_wrapper():
     """A wrapper MaxAndSkip does not know (here one that counts frames, as evaluation's recorder
     does) sees every frame: the direct path is off."""
@@ -528,7 +554,7 @@ def test_max_and_skip_steps_the_layers_under_any_other_wrapper():
             return self.env.step(action)
 
     env = make_env("ALE/Breakout-v5", base_wrapper=CountFrames, noop_max=0, fire_reset=False)
-    assert _layer(env, MaxAndSkip)._direct is None
+    assert not _layer(env, MaxAndSkip).direct_path
     env.reset(seed=0)
     for _ in range(10):
         env.step(0)

@@ -165,8 +165,10 @@ def load_policy(path: str | os.PathLike[str], device: torch.device | str = "cpu"
     ``dueling`` and ``hidden_size``, then given the weights ``agent["online"]``; it is in eval mode.
 
     Raises:
-        CheckpointError: missing, corrupt or foreign checkpoint, or weights that do not fit the
-            network the checkpoint describes.
+        CheckpointError: missing, corrupt or foreign checkpoint, weights that do not fit the
+            network the checkpoint describes, or a network for other observations than the
+            saved config's envs make (``frame_stack``, ``screen_size``), which play would
+            otherwise meet as a shape error in the first forward pass.
     """
     file = resolve_checkpoint(path)
     state = load(file, required=("config", "agent", "n_actions", "obs_shape"))
@@ -180,6 +182,14 @@ def load_policy(path: str | os.PathLike[str], device: torch.device | str = "cpu"
             f"checkpoint {file} does not hold a loadable Q-network "
             f"({type(err).__name__}: {first_line})"
         ) from None
+    shape = tuple(int(x) for x in state["obs_shape"])
+    made = (config.frame_stack, config.screen_size, config.screen_size)
+    if shape != made:
+        raise CheckpointError(
+            f"checkpoint {file} holds a network for {shape} observations, but its config makes {made} ones "
+            f"(frame_stack {config.frame_stack}, screen_size {config.screen_size}); its config and network do "
+            "not belong together"
+        )
     device = torch.device(device)
     network.to(device).eval()
     step = state.get("train_state", {}).get("step")

@@ -1,31 +1,224 @@
-"""The command line of ``scripts/train.py``: parse, train, map each outcome to an exit code."""
+"""The command lines: ``scripts/train.py``'s parser generated from `Config`, its presets help,
+and what every script shares, a parser whose errors are one line and one mapping of outcomes to
+exit codes.
+
+Exit codes of every script (``train.py``, ``evaluate.py``, ``plot.py``, ``benchmark.py``): 0 done;
+2 bad input, reported as one line ``<script>: error: <what is wrong and what is allowed>`` on
+stderr before anything starts; 130 interrupted (Ctrl-C). ``train.py`` adds 143 (SIGTERM) and 1
+(a worker failure or a non-finite loss during the run).
+
+The training stack is imported inside `main` only: ``evaluate.py`` and ``plot.py`` use this
+module's parser and exit codes without loading it.
+"""
 
 from __future__ import annotations
 
+import argparse
 import math
-import signal
 import sys
+import textwrap
+from collections.abc import Callable, Iterable
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from vecdqn import checkpoint
-from vecdqn.config import build_parser, check_given_options, explicit_options, parse_args
-from vecdqn.preflight import ConfigError
-from vecdqn.trainer import Interrupted, NonFiniteError, Trainer, TrainerBase
-from vecdqn.vector import WorkerError
+from vecdqn.config import SCHEDULE_SHORTHANDS, Config, check_given_options, option_flag, replaced_options
+from vecdqn.presets import PRESET_SOURCES, PRESETS
 
-__all__ = ["main"]
+if TYPE_CHECKING:
+    from vecdqn.trainer import TrainerBase
+
+__all__ = [
+    "OneLineErrorParser", "UsageError", "build_parser", "error_line", "exit_code", "explicit_options", "main",
+    "parse_args", "parse_config", "preset_values", "presets_help",
+]
+
+PROG = "train.py"
+
+
+class UsageError(ValueError):
+    """Bad command-line input; its message is one line naming the value and what is allowed.
+    Reported as `error_line`, exit code 2."""
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An argparse parser whose errors raise `UsageError` with one line and a pointer to
+    ``--help`` (argparse's own would print the whole usage of ~50 options and exit)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def error_line(prog: str, err: BaseException) -> str:
+    """``"<prog>: error: <message>"``: the first line of ``err``'s message (a library's message,
+    e.g. torch's, may span several), or its type's name where it has none."""
+    message = str(err).strip()
+    return f"{prog}: error: {message.splitlines()[0] if message else type(err).__name__}"
+
+
+def exit_code(prog: str, body: Callable[[], int | None],
+              bad_input: tuple[type[BaseException], ...] = ()) -> int:
+    """Run a script's ``body`` and map its outcome to the exit code every script uses.
+
+    Returns:
+        ``body``'s own code (None: 0); 2 for a `UsageError` or one of ``bad_input`` (the script's
+        errors for input it cannot use, e.g. a corrupt checkpoint), printed as `error_line`;
+        130 for Ctrl-C, printed as ``<prog>: interrupted``.
+    """
+    try:
+        code = body()
+    except (UsageError, *bad_input) as err:
+        print(error_line(prog, err), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    return 0 if code is None else code
+
+
+def fail(prog: str, err: BaseException) -> NoReturn:
+    """Print `error_line` to stderr and exit with code 2 (for helpers that exit, as argparse's do)."""
+    print(error_line(prog, err), file=sys.stderr)
+    raise SystemExit(2)
+
+
+# -- train.py's options, generated from Config ------------------------------------------------------
+
+
+def presets_help() -> str:
+    """Each preset's source and values, for ``--help``."""
+    lines = ["presets (explicit options override their values):"]
+    for name, values in PRESETS.items():
+        lines.append(textwrap.fill(f"{name}: {PRESET_SOURCES.get(name, '')}", 100, initial_indent="  ",
+                                   subsequent_indent="    "))
+        flags = [(option_flag(k) if v else "--no-" + option_flag(k)[2:]) if isinstance(v, bool)
+                 else f"{option_flag(k)} {v}" for k, v in values.items()]
+        lines.append(textwrap.fill(", ".join(flags), 100,
+                                   initial_indent="    ", subsequent_indent="    ", break_on_hyphens=False))
+    return "\n".join(lines)
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults after each option; the epilog (the presets) printed as written."""
+
+
+def build_parser() -> OneLineErrorParser:
+    """The command line of ``scripts/train.py``, one option per `Config` field."""
+    parser = OneLineErrorParser(
+        prog=PROG,
+        description="Train a DQN agent (double DQN, dueling network, prioritized replay) on an Atari game. "
+        "All counts are agent steps summed over envs (1 agent step = frame-skip emulator frames) "
+        "unless the option says frames.",
+        formatter_class=_HelpFormatter,
+        epilog=presets_help(),
+        # A prefix such as --total for --total-steps would be parsed but not seen by
+        # `explicit_options`, so a preset or a resume would silently override it: refuse prefixes.
+        allow_abbrev=False,
+    )
+    for f in fields(Config):
+        kwargs: dict[str, Any] = {"help": f.metadata["help"], "default": f.default}
+        if f.type in ("bool", bool, "bool | None"):
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            type_name = (f.type if isinstance(f.type, str) else f.type.__name__).removesuffix(" | None")
+            kwargs["type"] = {"int": int, "float": float, "str": str}[type_name]
+            kwargs["metavar"] = type_name.upper()
+        parser.add_argument(option_flag(f.name), dest=f.name, **kwargs)
+    return parser
+
+
+def explicit_options(parser: argparse.ArgumentParser, argv: Iterable[str]) -> set[str]:
+    """Names of the options that appear on the command line (so presets and a resumed run's saved
+    values do not override them)."""
+    flag_to_dest = {}
+    for action in parser._actions:  # noqa: SLF001 - argparse has no public mapping
+        for flag in action.option_strings:
+            flag_to_dest[flag] = action.dest
+    given = set()
+    for token in argv:
+        flag = token.split("=", 1)[0]
+        if flag in flag_to_dest:
+            given.add(flag_to_dest[flag])
+    return given
+
+
+def preset_values(preset: str, given: set[str]) -> dict[str, Any]:
+    """The values a preset sets, less those the command line replaces (`replaced_options`): an
+    explicit option wins, an explicit two-point shorthand (e.g. ``--epsilon-end``) also drops the
+    preset's schedule of that quantity (``epsilon_schedule``), and an explicit schedule the
+    preset's shorthand values."""
+    skip = replaced_options(given)
+    for schedule, shorthand in SCHEDULE_SHORTHANDS.items():
+        if schedule in given:
+            skip.update(shorthand)
+    return {key: value for key, value in PRESETS[preset].items() if key not in skip}
+
+
+def parse_config(argv: list[str] | None = None) -> tuple[Config, set[str]]:
+    """Parse ``scripts/train.py``'s command line: ``(config, the names of the options given)``.
+
+    A ``--preset`` replaces the defaults it names before the other options are applied. With
+    ``--resume`` the config is not validated here: the saved configuration, updated with the
+    options given, is checked when the run is loaded.
+
+    Raises:
+        UsageError: a malformed option, both forms of one schedule, an unknown preset, a
+            ``--preset`` with ``--resume``, or (without ``--resume``) a value `Config.validate`
+            refuses.
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    values = vars(parser.parse_args(argv))
+    given = explicit_options(parser, argv)
+    for schedule, shorthand in SCHEDULE_SHORTHANDS.items():
+        both = sorted(option_flag(name) for name in given.intersection(shorthand))
+        if schedule in given and both:
+            raise UsageError(f"{option_flag(schedule)} and {', '.join(both)} set the same schedule; give one form "
+                             "only")
+    preset = values["preset"]
+    if preset and preset not in PRESETS:
+        raise UsageError(f"--preset {preset!r} is unknown; choose one of {sorted(PRESETS)}")
+    if preset and values["resume"]:
+        raise UsageError(f"--preset {preset} cannot be given with --resume: the run continues with its saved "
+                         "values; give the options to change one by one (e.g. --total-steps)")
+    if preset:
+        values.update(preset_values(preset, given))
+    config = Config(**values)
+    if not config.resume:
+        try:
+            check_given_options(given, config.actors)
+            config.validate()
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+    return config, given
+
+
+def parse_args(argv: list[str] | None = None) -> Config:
+    """`parse_config`'s config; on bad input prints one line to stderr and exits with code 2."""
+    try:
+        return parse_config(argv)[0]
+    except UsageError as err:
+        fail(PROG, err)
+
+
+# -- train.py ---------------------------------------------------------------------------------------
 
 
 def trainer_class(actors: int) -> type[TrainerBase]:
     """`Trainer` for ``--actors 0``, else the distributed trainer.
 
     Raises:
-        ImportError: ``actors > 0`` and Ray is not installed (one line: what to install).
+        UsageError: ``actors > 0`` and Ray is not installed (one line: what to install).
     """
+    from vecdqn.trainer import Trainer
+
     if actors <= 0:
         return Trainer
     from vecdqn.distributed import require_ray
 
-    require_ray()
+    try:
+        require_ray()
+    except ImportError as err:
+        raise UsageError(str(err)) from None
     from vecdqn.distributed.learner import DistributedTrainer
 
     return DistributedTrainer
@@ -33,6 +226,8 @@ def trainer_class(actors: int) -> type[TrainerBase]:
 
 def saved_actors(path: str) -> int:
     """``--actors`` of the run a checkpoint (file or run folder) belongs to (0 when it has none)."""
+    from vecdqn import checkpoint
+
     return int(checkpoint.load_training(checkpoint.resolve_checkpoint(path))["config"].get("actors") or 0)
 
 
@@ -40,28 +235,34 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry (``scripts/train.py``).
 
     Exit codes: 0 done; 2 bad input or ``--actors`` without Ray installed (one line on stderr,
-    nothing started); 130/143 stopped by
-    SIGINT/SIGTERM after a checkpoint; 1 a worker failure or non-finite loss (message on stderr).
+    nothing started); 130/143 stopped by SIGINT/SIGTERM after a checkpoint; 1 a worker failure
+    or non-finite loss (message on stderr).
     """
-    argv = sys.argv[1:] if argv is None else argv
-    config = parse_args(argv)
-    try:
-        if config.resume:
-            given = explicit_options(build_parser(), argv) - {"resume"}
-            actors = config.actors if "actors" in given else saved_actors(config.resume)
-            try:
-                check_given_options(given, actors)
-            except ValueError as err:
-                raise ConfigError(str(err)) from None
-            trainer = trainer_class(actors).from_checkpoint(config.resume, {k: getattr(config, k) for k in given})
-        else:
-            trainer = trainer_class(config.actors)(config)
-    except ImportError as err:  # --actors without the ray extra
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except (ConfigError, checkpoint.CheckpointError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    from vecdqn import checkpoint
+    from vecdqn.preflight import ConfigError
+
+    return exit_code(PROG, lambda: _train(argv), bad_input=(ConfigError, checkpoint.CheckpointError))
+
+
+def _train(argv: list[str] | None) -> int:
+    """`main`'s body: parse, build the trainer (bad input raises), run it (outcomes as exit codes)."""
+    import signal
+
+    from vecdqn import checkpoint
+    from vecdqn.trainer import Interrupted, NonFiniteError
+    from vecdqn.vector import WorkerError
+
+    config, given = parse_config(argv)
+    if config.resume:
+        given = given - {"resume"}
+        actors = config.actors if "actors" in given else saved_actors(config.resume)
+        try:
+            check_given_options(given, actors)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+        trainer = trainer_class(actors).from_checkpoint(config.resume, {k: getattr(config, k) for k in given})
+    else:
+        trainer = trainer_class(config.actors)(config)
     try:
         summary = trainer.run()
     except Interrupted as stop:
@@ -76,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except (WorkerError, NonFiniteError, checkpoint.CheckpointError) as err:
         kept = trainer.run_dir / "checkpoints" / "latest.pt"
-        print(f"error: {err}\nlast checkpoint: {kept if kept.exists() else 'none written yet'}", file=sys.stderr)
+        print(f"{PROG}: error: {err}\nlast checkpoint: {kept if kept.exists() else 'none written yet'}",
+              file=sys.stderr)
         return 1
     learning = summary["learning_sps"]  # NaN when no update ran
     print(

@@ -1,8 +1,9 @@
 """One place for every knob of a training run.
 
 `Config` is a dataclass: each field has a default, a unit and a one-line help text (its
-``metadata["help"]``). The command line of ``scripts/train.py`` is generated from it by
-`parse_args`, so there is no second list of options to keep in sync.
+``metadata["help"]``), and `Config.validate` checks every value. The command line of
+``scripts/train.py`` is generated from these fields by `vecdqn.cli`, so there is no second list of
+options to keep in sync; this module holds the settings, their units and their checks only.
 
 Units: every count is in **agent steps summed over all envs** (one vector step of N envs is N
 agent steps = 4N emulator frames with the default frame skip), unless the name or help says
@@ -14,28 +15,27 @@ Hessel et al. 2018, Table 1; Dopamine's Rainbow configuration), scaled by agent 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
 import numbers
 import os
-import sys
-import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, NoReturn
+from typing import Any
 
-from vecdqn.presets import PRESET_SOURCES, PRESETS
+from vecdqn.presets import PRESETS
 
 # The smallest frame the Nature-DQN torso turns into at least one 1×1 feature map.
 MIN_SCREEN_SIZE = 36
 # Longest n-step return accepted (the return matrix is n x n; Rainbow, Hessel et al. 2018, uses 3).
 MAX_N_STEP = 1000
 
-# Options that fix the shape of the networks, the envs or the replay: a resumed run keeps them.
+# Options that fix the shape of the networks, the envs or the replay, and the preset the run's
+# values came from (its values are saved one by one; a second preset could not follow them):
+# a resumed run keeps them.
 FIXED_ON_RESUME = ("env_id", "num_envs", "frame_skip", "frame_stack", "screen_size", "dueling", "hidden_size",
-                   "n_step", "buffer_size")
+                   "n_step", "buffer_size", "preset")
 
 
 def _f(default: Any, help: str) -> Any:  # noqa: A002 - "help" mirrors argparse
@@ -49,7 +49,7 @@ def _is_int(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class EnvOptions:
-    """The preprocessing options of one env: what `vecdqn.wrappers.make_env` builds from.
+    """The preprocessing options of one env: what `vecdqn.envs.make_env` builds from.
 
     Units: ``noop_max`` and ``max_episode_frames`` count emulator frames; one agent step is
     ``frame_skip`` frames. The Atari-only options (all but ``screen_size`` and ``frame_stack``)
@@ -395,22 +395,18 @@ class Config:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
 
+    @classmethod
+    def from_saved(cls, saved: Mapping[str, Any], overrides: Mapping[str, Any]) -> Config:
+        """A saved run's configuration with the options given on resume put over it.
 
-def presets_help() -> str:
-    """Each preset's source and values, for ``--help``."""
-    lines = ["presets (explicit options override their values):"]
-    for name, values in PRESETS.items():
-        lines.append(textwrap.fill(f"{name}: {PRESET_SOURCES.get(name, '')}", 100, initial_indent="  ",
-                                   subsequent_indent="    "))
-        flags = [(option_flag(k) if v else "--no-" + option_flag(k)[2:]) if isinstance(v, bool)
-                 else f"{option_flag(k)} {v}" for k, v in values.items()]
-        lines.append(textwrap.fill(", ".join(flags), 100,
-                                   initial_indent="    ", subsequent_indent="    ", break_on_hyphens=False))
-    return "\n".join(lines)
-
-
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults after each option; the epilog (the presets) printed as written."""
+        Each option in ``overrides`` replaces its saved value, and so does what it implies
+        (`replaced_options`): a two-point shorthand such as ``epsilon_end`` also clears a saved
+        ``epsilon_schedule``, which would otherwise win over it. Not validated here.
+        """
+        values = dict(saved)
+        for name in replaced_options(overrides):
+            values.pop(name, None)  # back to its default; given options are put back just below
+        return cls.from_dict({**values, **overrides})
 
 
 def parse_pairs(text: str) -> list[tuple[float, float]]:
@@ -452,6 +448,24 @@ SCHEDULE_SHORTHANDS = {
 }
 
 
+def replaced_options(given: Iterable[str]) -> set[str]:
+    """The options that options ``given`` explicitly replace in an earlier set of values (a
+    preset's, or a resumed run's saved ones): each given option, and the ``--*-schedule`` of
+    each quantity whose two-point shorthand is given.
+
+    Why the schedule: a schedule wins over its shorthand (`Config.schedule_points`), so keeping
+    an earlier ``epsilon_schedule`` would silently ignore an explicit ``--epsilon-end``.
+
+    >>> sorted(replaced_options({"epsilon_end", "total_steps"}))
+    ['epsilon_end', 'epsilon_schedule', 'total_steps']
+    """
+    replaced = set(given)
+    for schedule, shorthand in SCHEDULE_SHORTHANDS.items():
+        if replaced.intersection(shorthand):
+            replaced.add(schedule)
+    return replaced
+
+
 # Options that --actors replaces: each actor plays its own --actor-envs envs with its own fixed
 # epsilon (Horgan et al. 2018), so the single-process envs and epsilon schedule are not used.
 NOT_WITH_ACTORS = ("num_envs", "epsilon_start", "epsilon_end", "epsilon_decay_steps", "epsilon_schedule")
@@ -481,98 +495,6 @@ def check_given_options(given: set[str], actors: int) -> None:
 def option_flag(name: str) -> str:
     """The command-line flag of a `Config` field: ``"n_step" -> "--n-step"``."""
     return "--" + name.replace("_", "-")
-
-
-class OneLineErrorParser(argparse.ArgumentParser):
-    """An argparse parser whose errors are one line and a pointer to ``--help`` (not the whole
-    usage of ~50 options); exit code 2, argparse's convention."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command line of ``scripts/train.py``, generated from `Config`'s fields."""
-    parser = OneLineErrorParser(
-        prog="train.py",
-        description="Train a DQN agent (double DQN, dueling network, prioritized replay) on an Atari game. "
-        "All counts are agent steps summed over envs (1 agent step = frame-skip emulator frames) "
-        "unless the option says frames.",
-        formatter_class=_HelpFormatter,
-        epilog=presets_help(),
-        # A prefix such as --total for --total-steps would be parsed but not seen by
-        # `explicit_options`, so a preset or a resume would silently override it: refuse prefixes.
-        allow_abbrev=False,
-    )
-    for f in fields(Config):
-        kwargs: dict[str, Any] = {"help": f.metadata["help"], "default": f.default}
-        if f.type in ("bool", bool, "bool | None"):
-            kwargs["action"] = argparse.BooleanOptionalAction
-        else:
-            type_name = (f.type if isinstance(f.type, str) else f.type.__name__).removesuffix(" | None")
-            kwargs["type"] = {"int": int, "float": float, "str": str}[type_name]
-            kwargs["metavar"] = type_name.upper()
-        parser.add_argument(option_flag(f.name), dest=f.name, **kwargs)
-    return parser
-
-
-def parse_args(argv: list[str] | None = None) -> Config:
-    """Parse a command line into a validated `Config`.
-
-    A ``--preset`` replaces the defaults it names before the other options are applied.
-    On a bad value this prints one line to stderr and exits with code 2 (argparse's convention).
-    """
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    given = explicit_options(parser, argv if argv is not None else sys.argv[1:])
-    for schedule, shorthand in SCHEDULE_SHORTHANDS.items():
-        both = sorted(option_flag(name) for name in given.intersection(shorthand))
-        if schedule in given and both:
-            parser.exit(2, f"error: {option_flag(schedule)} and {', '.join(both)} set the same schedule; give one "
-                           "form only\n")
-    values = vars(args)
-    if args.preset:
-        if args.preset not in PRESETS:
-            parser.exit(2, f"error: --preset {args.preset!r} is unknown; choose one of {sorted(PRESETS)}\n")
-        for key, value in preset_values(args.preset, given).items():
-            values[key] = value
-    config = Config(**values)
-    if config.resume:
-        # The saved configuration, updated with the options given here, is checked on resume.
-        return config
-    try:
-        check_given_options(given, config.actors)
-        config.validate()
-    except ValueError as err:
-        parser.exit(2, f"error: {err}\n")
-    return config
-
-
-def preset_values(preset: str, given: set[str]) -> dict[str, Any]:
-    """The values a preset sets, less those the command line gives: an explicit option wins,
-    and an explicit two-point shorthand (e.g. ``--epsilon-end``) also drops the preset's
-    schedule of that quantity (``epsilon_schedule``), and the reverse."""
-    skip = set(given)
-    for schedule, shorthand in SCHEDULE_SHORTHANDS.items():
-        if skip.intersection(shorthand):
-            skip.add(schedule)
-        if schedule in skip:
-            skip.update(shorthand)
-    return {key: value for key, value in PRESETS[preset].items() if key not in skip}
-
-
-def explicit_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
-    """Names of the options that appear on the command line (so presets do not override them)."""
-    flag_to_dest = {}
-    for action in parser._actions:  # noqa: SLF001 - argparse has no public mapping
-        for flag in action.option_strings:
-            flag_to_dest[flag] = action.dest
-    given = set()
-    for token in argv:
-        flag = token.split("=", 1)[0]
-        if flag in flag_to_dest:
-            given.add(flag_to_dest[flag])
-    return given
 
 
 def default_torch_threads(num_envs: int, cpu_count: int | None = None, device_type: str = "cpu") -> int:

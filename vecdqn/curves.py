@@ -266,8 +266,10 @@ def seed_groups(configs: Sequence[Mapping[str, Any] | None], names: Sequence[str
 
     Returns:
         ``group``: one index per run, groups numbered in order of first appearance; ``labels``:
-        one per group, the env id, `` (preset NAME)`` if any, and where groups would share that
-        label the options in which they differ, e.g. ``vecdqn/Catch-v0 (preset catch) n_step=3``.
+        one per group, all different: the env id, `` (preset NAME)`` if any, and where groups
+        would share that label the options in which they differ, e.g.
+        ``vecdqn/Catch-v0 (preset catch) n_step=3`` (the first three in name order, more where
+        three do not tell two groups apart, and ``...`` for any left out).
     """
     keys: list[str] = []
     group: list[int] = []
@@ -278,15 +280,26 @@ def seed_groups(configs: Sequence[Mapping[str, Any] | None], names: Sequence[str
             keys.append(key)
             members.append(i)
         group.append(keys.index(key))
-    labels = []
-    for i in members:
-        config = configs[i]
-        if config is None:
-            labels.append(names[i])
-            continue
-        base = _base_label(config)
-        rivals = [_experiment(c) for j in members if (c := configs[j]) is not None and _base_label(c) == base]
-        differ = sorted(k for k in set().union(*rivals) if len({json.dumps(r.get(k), default=str) for r in rivals}) > 1)
-        shown = [f"{k}={config.get(k)}" for k in differ[:3]] + (["..."] if len(differ) > 3 else [])
-        labels.append(" ".join([base, *shown]))
+    labels = [names[i] for i in members]
+    rivals: dict[str, list[int]] = {}  # base label -> the groups (with a config) that share it
+    for g, i in enumerate(members):
+        if (config := configs[i]) is not None:
+            rivals.setdefault(_base_label(config), []).append(g)
+    for base, groups in rivals.items():
+        for g, label in zip(groups, _distinct_labels(base, [_experiment(configs[members[g]]) for g in groups])):
+            labels[g] = label
     return group, labels
+
+
+def _distinct_labels(base: str, experiments: list[dict[str, Any]]) -> list[str]:
+    """Labels for groups that share ``base``: the options in which they differ, the first three
+    in name order, or as many more as it takes for no two labels to be equal."""
+    differ = sorted(k for k in set().union(*experiments)
+                    if len({json.dumps(e.get(k), default=str) for e in experiments}) > 1)
+    shown = min(3, len(differ))
+    while True:
+        labels = [" ".join([base, *(f"{k}={e.get(k)}" for k in differ[:shown])]) for e in experiments]
+        if len(set(labels)) == len(labels) or shown == len(differ):
+            break
+        shown += 1
+    return [label + (" ..." if shown < len(differ) else "") for label in labels]

@@ -49,10 +49,10 @@ import numpy as np
 import torch
 
 from vecdqn.config import Config
+from vecdqn.envs import make_env
 from vecdqn.frame_tap import FrameTap
 from vecdqn.scores import HUMAN_RANDOM_SCORES, SCORE_SOURCE, game_name, human_normalized_score
 from vecdqn.video import ATARI_FPS, BestEpisodeRecorder
-from vecdqn.wrappers import make_env
 
 __all__ = [
     "EvalResult",
@@ -319,8 +319,15 @@ def _make_actor(
     """
     n_actions = int(env.action_space.n)
     obs_shape = env.observation_space.shape
-    with torch.inference_mode():
-        q = q_network(torch.zeros((1, *obs_shape), dtype=torch.uint8, device=device))
+    try:
+        with torch.inference_mode():
+            q = q_network(torch.zeros((1, *obs_shape), dtype=torch.uint8, device=device))
+    except RuntimeError as err:  # e.g. "mat1 and mat2 shapes cannot be multiplied": another screen size
+        raise ValueError(
+            f"the Q-network cannot take a {obs_shape} observation of {config.env_id} "
+            f"({str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}); evaluate with the "
+            "config saved with the network"
+        ) from None
     if tuple(q.shape) != (1, n_actions):
         raise ValueError(
             f"the Q-network maps a {obs_shape} observation to {tuple(q.shape)} values, but "

@@ -90,10 +90,9 @@ def resumed_config(state: dict[str, Any], overrides: dict[str, Any], run_dir: Pa
             flag = option_flag(name)
             raise ConfigError(f"{flag} {overrides[name]} differs from the run's {saved.get(name)}; {flag} cannot "
                               "change on --resume (start a new run instead)")
-    values = {**saved, **overrides}
-    if values.get("actors") and "save_replay" not in overrides:
-        values["save_replay"] = False
-    config = Config.from_dict(values)
+    if overrides.get("actors", saved.get("actors")) and "save_replay" not in overrides:
+        overrides = {**overrides, "save_replay": False}  # refused with --actors: the replay refills
+    config = Config.from_saved(saved, overrides)
     step = int(state["train_state"]["step"])
     if config.total_steps <= step:
         raise ConfigError(f"--total-steps {config.total_steps} is not beyond the checkpoint's agent step {step}; "

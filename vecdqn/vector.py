@@ -21,7 +21,7 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
 from vecdqn.config import EnvOptions
-from vecdqn.wrappers import check_env_options, make_env
+from vecdqn.envs import check_env_options, make_env
 
 __all__ = ["WorkerError", "WorkerGuard", "ended_games", "make_vector_env"]
 

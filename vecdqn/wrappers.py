@@ -1,4 +1,4 @@
-"""Atari preprocessing as gymnasium wrappers, and ``make_env`` / ``make_atari_env`` to compose them.
+"""Atari preprocessing as gymnasium wrappers (`vecdqn.envs.make_env` composes them from options).
 
 The preprocessing is DQN's (Mnih et al. 2015, Nature, "Methods"): repeat each action over
 ``skip`` frames, max-pool the last two raw frames (sprite flicker), grayscale, resize to 84 x 84,
@@ -25,23 +25,20 @@ Wrapper order, innermost first::
     FrameStack(4)                                 (4, 84, 84) uint8, oldest first
 
 For non-ALE envs (e.g. ``vecdqn/Catch-v0``) ``make_env`` keeps only RecordEpisodeStatistics,
-GrayscaleResize and FrameStack.
+GrayscaleResize and FrameStack. ``make_env`` and ``make_atari_env`` live in `vecdqn.envs` and
+stay importable from here.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import time
-from collections.abc import Callable
 from typing import Any, SupportsFloat
 
-import ale_py
 import cv2
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from vecdqn.ale_direct import EPISODE_KEY, direct_ale, record_frames
 from vecdqn.config import EnvOptions
 from vecdqn.env_state import get_env_state, set_env_state
 
@@ -53,16 +50,25 @@ __all__ = [
     "GrayscaleResize",
     "MaxAndSkip",
     "NoopReset",
+    "action_meanings",
     "get_env_state",
-    "make_atari_env",
-    "make_env",
+    "make_atari_env",  # noqa: F822 - provided by __getattr__
+    "make_env",  # noqa: F822 - provided by __getattr__
     "set_env_state",
 ]
 
-# The ALE's own entry point; envs registered with it get the Atari-only wrappers.
-_ALE_ENTRY_POINT = "ale_py.env:AtariEnv"
-# The stats key gymnasium's RecordEpisodeStatistics writes into `info` when a game ends.
-_EPISODE_KEY = "episode"
+# Built in vecdqn.envs (which imports this module), re-exported lazily by `__getattr__` below.
+_FROM_ENVS = ("make_atari_env", "make_env")
+
+
+def __getattr__(name: str) -> Any:
+    """``from vecdqn.wrappers import make_atari_env`` keeps working: it is `vecdqn.envs`' (imported
+    on first use, as an import at the top would be circular)."""
+    if name in _FROM_ENVS:
+        from vecdqn import envs
+
+        return getattr(envs, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _check_int(name: str, value: Any, minimum: int, hint: str) -> None:
@@ -79,8 +85,8 @@ def _carry_episode_stats(step_info: dict[str, Any], reset_info: dict[str, Any]) 
     return and length into that hidden step's ``info``; copying it into the reset's ``info``
     keeps that game in the logs instead of silently dropping it.
     """
-    if _EPISODE_KEY in step_info:
-        reset_info[_EPISODE_KEY] = step_info[_EPISODE_KEY]
+    if EPISODE_KEY in step_info:
+        reset_info[EPISODE_KEY] = step_info[EPISODE_KEY]
 
 
 class NoopReset(gym.Wrapper):
@@ -101,7 +107,7 @@ class NoopReset(gym.Wrapper):
         super().__init__(env)
         _check_int("noop_max", noop_max, 0, "use 0 (no no-op starts) or a positive count")
         if noop_max > 0:
-            meanings = _action_meanings(env)
+            meanings = action_meanings(env)
             if meanings is not None and meanings[0] != "NOOP":
                 raise ValueError(
                     f"NoopReset needs action 0 to be NOOP, but this env's actions are "
@@ -123,7 +129,7 @@ class NoopReset(gym.Wrapper):
                 # Only reachable with absurdly small frame limits; the agent never saw that
                 # game, so its statistics are not kept.
                 obs, info = self.env.reset(options=options)
-        info.pop(_EPISODE_KEY, None)
+        info.pop(EPISODE_KEY, None)
         return obs, info
 
 
@@ -158,7 +164,9 @@ class MaxAndSkip(gym.Wrapper):
     flags and info as stepping the layers frame by frame (tested on Breakout and Pong, game overs
     and truncations included); it skips the Python layers' per-frame overhead. The first step
     after construction, and every step of any other chain (e.g. evaluation's frame recorder),
-    goes through ``self.env.step``; ``direct=False`` forces that.
+    goes through ``self.env.step``; ``direct=False`` forces that. `direct_path` says which one is
+    in use. The ALE and gymnasium internals this relies on are listed, and checked, in
+    `vecdqn.ale_direct`.
 
     Every frame's screen is fetched, not only the two pooled ones: any frame can be the one
     before a game over, whose max needs it, and the ALE cannot render a past frame (a state
@@ -179,8 +187,13 @@ class MaxAndSkip(gym.Wrapper):
         # Two preallocated frames: the env may reuse its screen buffer between steps, so the
         # previous frame is copied out before the next step overwrites it.
         self._frames = np.zeros((2, *space.shape), dtype=space.dtype)
-        self._direct = _direct_ale(env) if direct else None
+        self._direct = direct_ale(env, pass_through=(NoopReset,)) if direct else None
         self._checked = False  # the first step goes through the layers (their own checks)
+
+    @property
+    def direct_path(self) -> bool:
+        """Whether steps after the first go straight to the ALE (see the class docstring)."""
+        return self._direct is not None
 
     def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
         if self._direct is not None and self._checked:
@@ -207,7 +220,7 @@ class MaxAndSkip(gym.Wrapper):
         info = {"lives": ale.lives(), "episode_frame_number": ale.getEpisodeFrameNumber(),
                 "frame_number": ale.getFrameNumber()}
         if stats is not None:
-            _record_frames(stats, total_reward, produced, terminated or truncated, info)
+            record_frames(stats, total_reward, produced, terminated or truncated, info)
         return self._pool(produced), total_reward, terminated, truncated, info
 
     def _layered_step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
@@ -230,58 +243,6 @@ class MaxAndSkip(gym.Wrapper):
         its only one. A fresh array: callers (and FrameStack) may keep references."""
         frames = self._frames
         return frames[0].copy() if produced == 1 else np.maximum(frames[0], frames[1])
-
-
-# Wrappers that pass `step` through unchanged, so MaxAndSkip may talk to the ALE under them.
-_PASS_THROUGH = (NoopReset, gym.wrappers.common.OrderEnforcing, gym.wrappers.common.PassiveEnvChecker)
-# RecordEpisodeStatistics' state that MaxAndSkip's direct path keeps up to date.
-_STATS_FIELDS = ("episode_returns", "episode_lengths", "episode_count", "episode_start_time", "time_queue",
-                 "return_queue", "length_queue")
-
-
-def _direct_ale(env: gym.Env) -> tuple[ale_py.ALEInterface, Any, gym.wrappers.RecordEpisodeStatistics | None] | None:
-    """``(ale, action_set, stats)`` when every layer of ``env`` only passes steps through (at most one
-    RecordEpisodeStatistics, ``stats``) down to a one-frame grayscale ALE env; else None."""
-    stats = None
-    layer = env
-    while isinstance(layer, gym.Wrapper):
-        if type(layer) is gym.wrappers.RecordEpisodeStatistics and stats is None:
-            stats = layer
-        elif type(layer) not in _PASS_THROUGH:
-            return None
-        layer = layer.env
-    if stats is not None and (
-        getattr(stats, "_stats_key", None) != _EPISODE_KEY or not all(hasattr(stats, f) for f in _STATS_FIELDS)
-    ):
-        return None
-    base = layer
-    if not (
-        isinstance(base, ale_py.AtariEnv)
-        and getattr(base, "_frameskip", None) == 1
-        and getattr(base, "_obs_type", None) == "grayscale"
-        and getattr(base, "continuous", True) is False
-        and getattr(base, "sound_obs", True) is False
-    ):
-        return None
-    return base.ale, base._action_set, stats
-
-
-def _record_frames(
-    stats: gym.wrappers.RecordEpisodeStatistics, reward: float, frames: int, ended: bool, info: dict[str, Any]
-) -> None:
-    """What ``stats.step`` would have recorded for ``frames`` frames worth ``reward`` in all (the
-    rewards are integers, so their sum is exact in any order), the last of which ``ended`` the
-    game: gymnasium's RecordEpisodeStatistics, whose state this updates, has no call for it."""
-    stats.episode_returns += reward
-    stats.episode_lengths += frames
-    if ended:
-        seconds = round(time.perf_counter() - stats.episode_start_time, 6)
-        info[_EPISODE_KEY] = {"r": stats.episode_returns, "l": stats.episode_lengths, "t": seconds}
-        stats.time_queue.append(seconds)
-        stats.return_queue.append(stats.episode_returns)
-        stats.length_queue.append(stats.episode_lengths)
-        stats.episode_count += 1
-        stats.episode_start_time = time.perf_counter()
 
 
 class EpisodicLife(gym.Wrapper):
@@ -364,7 +325,7 @@ class FireReset(gym.Wrapper):
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
-        meanings = _action_meanings(env)
+        meanings = action_meanings(env)
         if meanings is None or "FIRE" not in meanings:
             raise ValueError(
                 f"FireReset needs a FIRE action, but this env's actions are {meanings}; "
@@ -477,140 +438,7 @@ class FrameStack(gym.Wrapper):
         return self._stack.copy(), info
 
 
-def _action_meanings(env: gym.Env) -> list[str] | None:
+def action_meanings(env: gym.Env) -> list[str] | None:
     """The env's action meanings (ALE: ``get_action_meanings()``), or None if it has none."""
     getter = getattr(env.unwrapped, "get_action_meanings", None)
     return list(getter()) if callable(getter) else None
-
-
-def _register_envs() -> None:
-    """Register the ALE's and vecdqn's env ids (idempotent, cheap after the first call).
-
-    Also keeps only the ALE's errors on stderr: its banner, printed by every emulator that
-    loads a ROM, would otherwise precede each one-line error message and repeat once per worker.
-    """
-    gym.register_envs(ale_py)
-    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
-    import vecdqn.catch  # noqa: F401  (registers vecdqn/Catch-v0)
-
-
-def is_ale_env_id(env_id: str) -> bool:
-    """Whether ``env_id`` is registered with the ALE's ``AtariEnv`` entry point."""
-    _register_envs()
-    return gym.spec(env_id).entry_point == _ALE_ENTRY_POINT
-
-
-def check_env_id(env_id: str) -> None:
-    """Raise ``ValueError`` unless ``env_id`` is registered (naming close matches)."""
-    if not isinstance(env_id, str):
-        raise ValueError(f"env_id={env_id!r} is invalid; use a registered id such as 'ALE/Breakout-v5'")
-    _register_envs()
-    if env_id not in gym.registry:
-        close = difflib.get_close_matches(env_id, list(gym.registry), n=5, cutoff=0.6)
-        hint = f"did you mean one of {close}?" if close else "see gymnasium.registry for ids"
-        raise ValueError(f"unknown env id {env_id!r}; {hint}")
-
-
-def env_options(options: EnvOptions | None = None, **option_kwargs: Any) -> EnvOptions:
-    """One validated `EnvOptions` from either an instance or its keyword fields (not both).
-
-    Raises:
-        ValueError: an unknown option name (naming the allowed ones), both forms given, or an
-            invalid value.
-    """
-    if options is not None and option_kwargs:
-        raise ValueError(f"give env options either as EnvOptions or as keywords, not both ({sorted(option_kwargs)})")
-    if options is None:
-        allowed = [f.name for f in dataclasses.fields(EnvOptions)]
-        unknown = sorted(set(option_kwargs) - set(allowed))
-        if unknown:
-            raise ValueError(f"unknown env option(s) {unknown}; make_env accepts {allowed}")
-        options = EnvOptions(**option_kwargs)
-    options.validate()
-    return options
-
-
-def check_env_options(env_id: str, options: EnvOptions | None = None, **option_kwargs: Any) -> EnvOptions:
-    """Validate an env id and its options without creating an env; returns the options.
-
-    Raises:
-        ValueError: an unknown id (with close matches), an unknown option or an invalid value.
-    """
-    check_env_id(env_id)
-    return env_options(options, **option_kwargs)
-
-
-def make_env(
-    env_id: str,
-    options: EnvOptions | None = None,
-    *,
-    base_wrapper: Callable[[gym.Env], gym.Env] | None = None,
-    **option_kwargs: Any,
-) -> gym.Env:
-    """Make one preprocessed env: observations ``(frame_stack, screen_size, screen_size) uint8``.
-
-    ALE ids (e.g. ``"ALE/Breakout-v5"``) get the full DQN preprocessing in the module
-    docstring's order. Other ids (e.g. ``"vecdqn/Catch-v0"``) get RecordEpisodeStatistics,
-    GrayscaleResize and FrameStack only; the Atari-only options are ignored for them.
-
-    Args:
-        env_id: a registered gymnasium id.
-        options: the preprocessing options (`vecdqn.config.EnvOptions`: units and defaults
-            there), or give them as keywords instead, with the same names:
-            ``make_env("ALE/Pong-v5", frame_skip=4, noop_max=30)``. Briefly:
-            ``noop_max`` most no-op *frames* after a real reset (count drawn from 1..noop_max;
-            0: none); ``frame_skip`` frames per agent step (last two max-pooled);
-            ``screen_size`` side of the square observation in pixels; ``frame_stack``
-            observations stacked, oldest first; ``episodic_life`` a lost life ends the
-            episode (not the game); ``fire_reset`` FIRE after each reset where the game has
-            it; ``repeat_action_probability`` sticky actions per frame (None: the env id's
-            own default, 0.0 for ``*NoFrameskip-v4``, 0.25 for ``ALE/*-v5``);
-            ``max_episode_frames`` frames per *game* before truncation (108,000 = 27,000
-            agent steps at ``frame_skip=4`` = 30 minutes; None: no cap).
-        base_wrapper: if given, applied directly around the base env (``gym.make``'s result),
-            under RecordEpisodeStatistics: the wrapper it returns sees every raw frame (one
-            ``step`` per frame, no-ops and FIRE included). Evaluation uses it to record the real
-            game in colour. It must not change spaces, rewards or episode ends.
-
-    Returns:
-        the wrapped env; ``info["episode"]`` (``"r"`` raw return, ``"l"`` length in frames
-        for ALE games, in env steps for others) is set on the step that ends a whole game.
-
-    Raises:
-        ValueError: an unknown id (with close matches), an unknown option or an invalid value.
-    """
-    o = check_env_options(env_id, options, **option_kwargs)
-    if is_ale_env_id(env_id):
-        sticky = {} if o.repeat_action_probability is None else {
-            "repeat_action_probability": float(o.repeat_action_probability)}
-        env = gym.make(
-            env_id,
-            obs_type="grayscale",
-            frameskip=1,
-            # The ALE reads 0 as "no cap"; ALE/*-v5 ids would otherwise default to 108,000.
-            max_num_frames_per_episode=0 if o.max_episode_frames is None else int(o.max_episode_frames),
-            **sticky,
-        )
-        if base_wrapper is not None:
-            env = base_wrapper(env)
-        # Under the life-loss wrapper, and under the skip so its length counts frames.
-        env = gym.wrappers.RecordEpisodeStatistics(env)
-        if o.noop_max > 0:
-            env = NoopReset(env, noop_max=o.noop_max)
-        env = MaxAndSkip(env, skip=o.frame_skip)
-        if o.episodic_life:
-            env = EpisodicLife(env)
-        if o.fire_reset and "FIRE" in (_action_meanings(env) or []):
-            env = FireReset(env)
-    else:
-        env = gym.make(env_id)
-        if base_wrapper is not None:
-            env = base_wrapper(env)
-        env = gym.wrappers.RecordEpisodeStatistics(env)
-    env = GrayscaleResize(env, screen_size=o.screen_size)
-    env = FrameStack(env, num_stack=o.frame_stack)
-    return env
-
-
-#: The historical name; the same function (it also makes non-ALE envs such as Catch).
-make_atari_env = make_env

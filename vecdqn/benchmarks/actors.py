@@ -46,7 +46,7 @@ def _flags(args: argparse.Namespace, log_dir: str, actors: int) -> list[str]:
 
 def measure(args: argparse.Namespace, actors: int) -> tuple[float, float]:
     """``(agent steps/s, updates/s)`` of one run from its first update on (0 actors: `Trainer`)."""
-    from vecdqn.config import parse_args
+    from vecdqn.cli import parse_args
     from vecdqn.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as log_dir:

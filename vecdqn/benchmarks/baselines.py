@@ -101,8 +101,8 @@ class SingleEnvLoop:
     def __init__(self, learning_starts: int, capacity: int = 10_000, seed: int = 0):
         import torch
 
+        from vecdqn.envs import make_env
         from vecdqn.model import QNetwork
-        from vecdqn.wrappers import make_env
 
         torch.set_num_threads(os.cpu_count() or 1)
         torch.manual_seed(seed)

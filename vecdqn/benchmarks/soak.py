@@ -73,7 +73,7 @@ def soak(steps: int, every: int, buffer_size: int, log_dir: str) -> list[SoakSam
     The learner is kept light (one small update every 16 agent steps): the point is the
     pipeline's memory and files over many steps, not learning.
     """
-    from vecdqn.config import parse_args
+    from vecdqn.cli import parse_args
     from vecdqn.trainer import Trainer
 
     config = parse_args([

@@ -44,7 +44,7 @@ def trainer_learning_sps(args: argparse.Namespace, extra: list[str]) -> float:
     trainer flags)."""
     import tempfile
 
-    from vecdqn.config import parse_args
+    from vecdqn.cli import parse_args
     from vecdqn.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as log_dir:

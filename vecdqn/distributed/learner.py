@@ -43,9 +43,9 @@ from vecdqn.core import TrainingCore
 from vecdqn.distributed import require_ray
 from vecdqn.distributed.blocks import Block, BlockIngest
 from vecdqn.distributed.pool import ActorPool, start_ray
+from vecdqn.envs import make_env
 from vecdqn.preflight import ConfigError
 from vecdqn.trainer import TrainerBase
-from vecdqn.wrappers import make_env
 
 __all__ = ["BlockCollector", "DistributedTrainer", "learner_threads"]
 
