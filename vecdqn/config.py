@@ -466,32 +466,6 @@ def replaced_options(given: Iterable[str]) -> set[str]:
     return replaced
 
 
-# Options that --actors replaces: each actor plays its own --actor-envs envs with its own fixed
-# epsilon (Horgan et al. 2018), so the single-process envs and epsilon schedule are not used.
-NOT_WITH_ACTORS = ("num_envs", "epsilon_start", "epsilon_end", "epsilon_decay_steps", "epsilon_schedule")
-# Options that only a run with --actors uses.
-ACTOR_OPTIONS = ("actor_envs", "ray_address", "weight_sync_every", "apex_epsilon", "apex_alpha", "actor_block_steps")
-
-
-def check_given_options(given: set[str], actors: int) -> None:
-    """Refuse options given explicitly (``given``: `Config` field names) that a run with
-    ``actors`` actors would not use, rather than drop them silently.
-
-    Raises:
-        ValueError: one line naming the options and what to do instead.
-    """
-    unused = [n for n in (NOT_WITH_ACTORS if actors else ACTOR_OPTIONS) if n in given]
-    if not unused:
-        return
-    flags = ", ".join(option_flag(n) for n in unused)
-    one = len(unused) == 1
-    if actors:
-        raise ValueError(f"{flags} cannot be used with --actors {actors}: each actor plays --actor-envs envs with "
-                         f"its own fixed epsilon (--apex-epsilon, --apex-alpha); drop {'it' if one else 'them'}")
-    raise ValueError(f"{flags} only appl{'ies' if one else 'y'} with --actors N (N >= 1, Ray actors); add --actors "
-                     f"or drop {'it' if one else 'them'}")
-
-
 def option_flag(name: str) -> str:
     """The command-line flag of a `Config` field: ``"n_step" -> "--n-step"``."""
     return "--" + name.replace("_", "-")
