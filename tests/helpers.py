@@ -1,7 +1,10 @@
-"""Shared test helpers: a small, fast Catch configuration."""
+"""Shared test helpers: a small, fast Catch configuration; a Catch that raises."""
 
 from pathlib import Path
 
+import gymnasium as gym
+
+from vecdqn.catch import Catch
 from vecdqn.config import PRESETS, Config
 
 
@@ -12,3 +15,34 @@ def catch_config(tmp_path: Path, **overrides) -> Config:
               "seed": 7, "n_step": 3}
     values.update(overrides)
     return Config(**values)
+
+
+class RaisingCatch(Catch):
+    """Catch whose env first seeded ``raise_seed`` raises on its ``raise_step``-th step (its
+    process lives on): an emulator bug, as an env worker sees it."""
+
+    def __init__(self, raise_seed: int = -1, raise_step: int = 50, **kwargs):
+        super().__init__(**kwargs)
+        self.raise_seed, self.raise_step = raise_seed, raise_step
+        self.steps_taken, self.first_seed = 0, None
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None and self.first_seed is None:
+            self.first_seed = seed
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        self.steps_taken += 1
+        if self.steps_taken == self.raise_step and self.first_seed == self.raise_seed:
+            raise RuntimeError(f"emulator exploded on step {self.raise_step}")
+        return super().step(action)
+
+
+RAISING_CATCH_ID = "vecdqn-test/RaisingCatch-v0"
+
+
+def register_test_envs() -> None:
+    """Register `RaisingCatch` (raising in the env seeded 10: with seed 7 and 2 envs per actor,
+    actor 1's env 1) in this process; the Ray fixture runs it in every Ray worker too."""
+    if RAISING_CATCH_ID not in gym.registry:
+        gym.register(RAISING_CATCH_ID, entry_point="helpers:RaisingCatch", kwargs={"raise_seed": 10})

@@ -7,21 +7,28 @@ instance for the module (about 10 s on 2 cores) and run the real learner on Catc
 from __future__ import annotations
 
 import os
+import re
+import resource
 import signal
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 from helpers import catch_config
 from replay_streams import reference_transitions
 
-from vecdqn import cli
+from vecdqn import checkpoint, cli, preflight
 from vecdqn.distributed.actor import Actor, apex_epsilons
 from vecdqn.distributed.blocks import BlockIngest
 from vecdqn.replay import PrioritizedReplayBuffer
+from vecdqn.trainer import Trainer
+
+TRAIN = str(Path(__file__).resolve().parents[1] / "scripts" / "train.py")
 
 
 def test_apex_epsilons_follow_horgan_et_al():
@@ -105,6 +112,32 @@ def test_blocks_reach_the_replay_exactly(tmp_path):
     assert len(np.unique(priorities[priorities > 0])) > 10  # |δ| + ε from the actors, not one max
 
 
+def test_a_block_split_in_two_files_as_the_whole_block(tmp_path):
+    """`Block.split` (the learner cuts a block at an evaluation, a checkpoint or the end of the
+    run): its two parts, filed one after the other, leave the replay exactly as the whole block
+    does, games and resets on either side of the cut included (Catch games last 9 steps)."""
+    c = catch_config(tmp_path, actors=1, actor_envs=2, n_step=3, gamma=0.9)
+    shape = (4, c.screen_size, c.screen_size)
+    actor = Actor(0, c, 0.5, 3, 3, shape)
+    try:
+        blocks = [actor.collect(12) for _ in range(3)]  # episode ends at rows 8; 5; 2 (and 11)
+    finally:
+        actor.close()
+    whole, parts = (PrioritizedReplayBuffer(2_000, shape, n_step=3, gamma=0.9, seed=0) for _ in range(2))
+    whole_ingest, parts_ingest = BlockIngest(whole, 1, 2), BlockIngest(parts, 1, 2)
+    for block in blocks:
+        assert whole_ingest.ingest(block)
+        head, rest = block.split(5)
+        assert head.agent_steps == 10 and rest.agent_steps == 14 and rest.first_obs is None
+        assert head.episodes + [(t + 5, *game) for t, *game in rest.episodes] == block.episodes
+        assert parts_ingest.ingest(head) and parts_ingest.ingest(rest)
+    assert sum(len(b.episodes) for b in blocks) >= 6
+    np.testing.assert_array_equal(whole.slots_written, parts.slots_written)
+    np.testing.assert_array_equal(whole.frames, parts.frames)
+    every = np.arange(whole.capacity)
+    np.testing.assert_array_equal(whole.priorities(every), parts.priorities(every))
+
+
 def test_missing_ray_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` does without the package
     code = cli.main(["--preset", "catch", "--actors", "2", "--log-dir", str(tmp_path)])
@@ -114,10 +147,49 @@ def test_missing_ray_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("args", [["--actors", "-1"], ["--actors", "2", "--save-replay"],
-                                  ["--actors", "2", "--actor-envs", "0"], ["--apex-epsilon", "1.5"]])
+                                  ["--actors", "2", "--actor-envs", "0"], ["--actors", "2", "--apex-epsilon", "1.5"]])
 def test_bad_distributed_options_exit_2(tmp_path, args, capsys):
     assert cli.main(["--preset", "catch", "--log-dir", str(tmp_path), *args]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--actors", "2", "--epsilon-schedule", "0:0.9"], "--epsilon-schedule"),
+    (["--actors", "2", "--epsilon-start", "0.5", "--epsilon-decay-steps", "10"],
+     "--epsilon-start, --epsilon-decay-steps"),
+    (["--actors", "2", "--num-envs", "3200"], "--num-envs"),
+    (["--actor-envs", "3"], "--actor-envs"),
+    (["--apex-epsilon", "0.3", "--ray-address", "auto"], "--ray-address, --apex-epsilon"),
+])
+def test_options_a_run_would_not_use_are_refused(tmp_path, args, named, capsys):
+    """Finding 7: the ε options and --num-envs with --actors (Ape-X actors play their own fixed
+    ε and envs), and the actor options without it: one line naming them, exit 2, nothing started."""
+    assert cli.main(["--preset", "catch", "--log-dir", str(tmp_path), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"train.py: error: {named} ")
+    assert not any(tmp_path.iterdir())
+
+
+def test_options_a_resumed_run_would_not_use_are_refused(tmp_path, capsys):
+    Trainer(catch_config(tmp_path, total_steps=40, learning_starts=32, run_name="run"), progress=False,
+            handle_signals=False).run()
+    code = cli.main(["--resume", str(tmp_path / "run"), "--actors", "1", "--epsilon-end", "0.2"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.startswith("train.py: error: --epsilon-end cannot be used with --actors 1")
+
+
+def test_preflight_counts_the_actors_env_workers(tmp_path, monkeypatch):
+    """Finding 8: --actors A --actor-envs K starts A·K env workers (--num-envs is not used)."""
+    monkeypatch.setattr(preflight, "available_memory_bytes", lambda: 64 * 2**30)
+    config = catch_config(tmp_path, buffer_size=40_000, num_envs=2, actors=400, actor_envs=8)
+    with pytest.raises(preflight.ConfigError, match=r"^--actors 400 x --actor-envs 8 needs about 12864 open files"):
+        with monkeypatch.context() as m:
+            m.setattr(resource, "getrlimit", lambda which: (4_096, 4_096))
+            preflight.preflight(config)
+    with pytest.raises(preflight.ConfigError, match=r"--actors 400 x --actor-envs 8 about 156.2 GiB for 3200 env"):
+        preflight.preflight(config)
+    preflight.preflight(catch_config(tmp_path, buffer_size=40_000, num_envs=2, actors=4, actor_envs=8))
 
 
 # -- with Ray ----------------------------------------------------------------------------------
@@ -125,10 +197,12 @@ def test_bad_distributed_options_exit_2(tmp_path, args, capsys):
 
 @pytest.fixture(scope="module")
 def local_ray():
+    """One local Ray instance for the module, whose workers also know the test envs (helpers)."""
     ray = pytest.importorskip("ray")
-    from vecdqn.distributed.pool import start_ray
-
-    assert start_ray("", actors=4)
+    tests = Path(__file__).resolve().parent
+    path = os.pathsep.join(p for p in (str(tests.parent), str(tests), os.environ.get("PYTHONPATH", "")) if p)
+    ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=4, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": path}, "worker_process_setup_hook": "helpers.register_test_envs"})
     yield ray
     ray.shutdown()
 
@@ -179,6 +253,168 @@ def test_killed_actor_is_restarted_and_the_run_finishes(tmp_path, local_ray):
         pytest.fail("the run did not finish within 10 minutes of the actor's restart")
     assert result["steps"] == 1_200 and result["actor_restarts"] == 1
     assert tags(result["run_dir"])["distributed/actor_restarts"][-1] == 1
+
+
+def test_an_actor_whose_env_raises_stops_the_run_with_a_checkpoint(tmp_path, local_ray):
+    """Finding 3: one line naming the actor and the cause (not an 18-line remote traceback in
+    colour), after a checkpoint; the command line adds the checkpoint's path and exits 1, as for a
+    failed env worker of the single-process trainer."""
+    from helpers import RAISING_CATCH_ID, register_test_envs
+
+    from vecdqn.vector import WorkerError
+
+    register_test_envs()
+    trainer = distributed(tmp_path, env_id=RAISING_CATCH_ID, total_steps=4_000, run_name="run")
+    with pytest.raises(WorkerError) as failure:
+        trainer.run()
+    message = str(failure.value)
+    assert re.fullmatch(r"actor 1 failed: env 1 failed at agent step \d+: RuntimeError: emulator exploded on step 50",
+                        message), message
+    saved = checkpoint.load(trainer.worker_checkpoint)
+    assert trainer.worker_checkpoint == tmp_path / "run" / "checkpoints" / "latest.pt"
+    assert 0 < saved["train_state"]["step"] < 4_000
+
+
+def scalar_steps(run_dir: str, tag: str) -> list[int]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(run_dir, size_guidance={"scalars": 0})
+    events.Reload()
+    return [e.step for e in events.Scalars(tag)]
+
+
+def test_evaluations_fall_on_their_steps_and_the_run_ends_at_total_steps(tmp_path, local_ray):
+    """The run that died at its first evaluation; and --total-steps 750 is exact although a block
+    holds 16 agent steps (the block that crosses a boundary is split there)."""
+    trainer = distributed(tmp_path, total_steps=750, eval_every=250, eval_episodes=2)
+    summary = trainer.run()
+    assert summary["steps"] == 750
+    assert checkpoint.load(summary["checkpoint"])["train_state"]["step"] == 750
+    assert scalar_steps(summary["run_dir"], "eval/return_mean") == [250, 500, 750]
+
+
+def test_the_device_copy_of_the_frames_follows_the_actors_blocks(tmp_path, local_ray):
+    """Finding 1: with --replay-device every block reaches the device copy of the frames that
+    batches are gathered from (it stayed all zeros)."""
+    trainer = distributed(tmp_path, replay_device="cpu")
+    assert trainer.run()["updates"] > 50
+    frames = trainer.pipeline.frames.frames.numpy()
+    assert trainer.buffer.frames.any() and np.array_equal(frames, trainer.buffer.frames)
+
+
+def test_prefetch_never_adds_to_the_replay_while_a_draw_runs(tmp_path, local_ray, monkeypatch):
+    """Finding 2: with --prefetch the blocks are stored only once the background draw is done."""
+    from vecdqn.pipeline import LearnerPipeline
+
+    drawing, counts = threading.Event(), {"draws": 0, "adds": 0, "overlaps": 0}
+    real_draw, real_add = LearnerPipeline.draw, PrioritizedReplayBuffer.add
+
+    def slow_draw(self, beta):
+        drawing.set()
+        try:
+            time.sleep(0.02)  # as long as a batch-512 draw: an add beside it cannot slip through
+            return real_draw(self, beta)
+        finally:
+            counts["draws"] += 1
+            drawing.clear()
+
+    def watched_add(self, *args, **kwargs):
+        counts["adds"] += 1
+        counts["overlaps"] += drawing.is_set()
+        return real_add(self, *args, **kwargs)
+
+    monkeypatch.setattr(LearnerPipeline, "draw", slow_draw)
+    monkeypatch.setattr(PrioritizedReplayBuffer, "add", watched_add)
+    trainer = distributed(tmp_path, prefetch=True)
+    trainer.run()
+    assert trainer.pipeline.prefetch and counts["draws"] > 50 and counts["adds"] > 100
+    assert counts["overlaps"] == 0
+
+
+@pytest.mark.parametrize("actor_envs, overrides", [(1, {"save_replay": False}), (2, {"save_replay": False}), (1, {})],
+                         ids=["other-layout", "same-layout", "save-replay-inherited"])
+def test_resume_with_actors_refills_a_new_replay(tmp_path, local_ray, actor_envs, overrides):
+    """Finding 6: a single-process run saved with --save-replay (2 envs), resumed with --actors: a
+    new replay refills for --learning-starts agent steps, whatever the actors' layout (the saved
+    one held other games' open n-step windows, and with another env count could not be used at
+    all); the saved --save-replay, which --actors refuses, is dropped rather than refused."""
+    from vecdqn.distributed.learner import DistributedTrainer
+
+    Trainer(catch_config(tmp_path, total_steps=300, save_replay=True, run_name="run"), progress=False,
+            handle_signals=False).run()
+    overrides = {"actors": 1, "actor_envs": actor_envs, "total_steps": 500, **overrides}
+    trainer = DistributedTrainer.from_checkpoint(tmp_path / "run", overrides, progress=False, handle_signals=False)
+    summary = trainer.run()
+    assert summary["steps"] == 500 and summary["updates"] > trainer.state.update_offset
+    assert trainer.state.learn_from == 300 + 100 and trainer.buffer.n_envs == actor_envs
+    assert not trainer.config.save_replay
+
+
+def test_ray_address_joins_the_running_instance(tmp_path, local_ray):
+    """Finding 5: with RAY_ADDRESS exported (as on a Ray cluster's nodes) the run joins that
+    instance instead of passing it a CPU count (which Ray refuses)."""
+    address = local_ray.get_runtime_context().gcs_address
+    result = subprocess.run(
+        [sys.executable, TRAIN, "--preset", "catch", "--actors", "1", "--total-steps", "256", "--learning-starts",
+         "128", "--log-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "RAY_ADDRESS": address})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "done: 256 agent steps" in result.stdout
+
+
+def test_signals_held_while_ray_starts_only_stop_the_run_after():
+    """Two Ctrl-C's while Ray starts must not cut the start halfway: both are recorded, the run
+    stops after it; outside ``held`` a second one stops at once."""
+    from vecdqn.core import StopSignals
+
+    with StopSignals() as stop:
+        with stop.held():
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+        assert stop.signum == signal.SIGINT
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+
+
+def session_processes(session: int) -> list[psutil.Process]:
+    """The live processes of one session (a terminal's, here a subprocess's own)."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if os.getsid(process.pid) == session and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except (OSError, psutil.Error):
+            continue
+    return found
+
+
+def test_ctrl_c_while_ray_starts_leaves_no_ray_process(tmp_path):
+    """Finding 4: two Ctrl-C's (SIGINT to the whole process group, as a terminal sends it) while
+    Ray starts: the run stops with a checkpoint once Ray is up and no Ray process of its own lives
+    on (a start cut halfway left its dashboard and runtime-env agents running)."""
+    pytest.importorskip("ray")
+    proc = subprocess.Popen([sys.executable, TRAIN, "--preset", "catch", "--actors", "1", "--log-dir", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any("gcs_server" in p.name() for p in session_processes(proc.pid)):
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.3)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # Held while Ray started, the signals stop the run once it is up: a checkpoint, then a clean exit.
+    assert proc.returncode == 130 and "stopped by SIGINT at agent step 0; checkpoint: " in err, err[-3000:]
+    deadline = time.monotonic() + 30
+    while session_processes(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not session_processes(proc.pid)
 
 
 @pytest.mark.slow

@@ -45,20 +45,18 @@ def run_in_subprocess(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
 
 
 # 1. A worker killed while the main process is between two vector steps --------------------------
-def test_worker_killed_between_steps_is_named_and_checkpointed(tmp_path, monkeypatch):
-    trainer = Trainer(catch_config(tmp_path, total_steps=4_000, run_name="run"), progress=False,
-                      handle_signals=False)
-    real_log, killed = Trainer._log, []
+def test_worker_killed_between_steps_is_named_and_checkpointed(tmp_path):
+    killed = []
 
-    def kill_after_logging(self):
-        real_log(self)
-        if self.state.step >= 400 and not killed:
-            worker = self.envs.envs.processes[1]
+    def kill_after_logging(trainer):
+        if trainer.state.step >= 400 and not killed:
+            worker = trainer.envs.envs.processes[1]
             worker.kill()  # SIGKILL after its reply was read: the next call is step_async
             worker.join(10)
-            killed.append(self.state.step)
+            killed.append(trainer.state.step)
 
-    monkeypatch.setattr(Trainer, "_log", kill_after_logging)
+    trainer = Trainer(catch_config(tmp_path, total_steps=4_000, run_name="run"), progress=False,
+                      handle_signals=False, on_step=kill_after_logging)
     with pytest.raises(WorkerError, match=r"^env 1 failed at agent step \d+"):
         trainer.run()
     assert killed and checkpoint.load(trainer.worker_checkpoint)["train_state"]["step"] >= killed[0]
@@ -118,15 +116,12 @@ def test_resumed_run_has_one_value_per_step_in_tensorboard(tmp_path):
         import os
         from vecdqn.trainer import Trainer
         from helpers import catch_config
-        real_log = Trainer._log
-        def log_then_die(self):
-            real_log(self)
-            if self.state.step >= 1_000:
-                self.logger.writer.flush()
+        def log_then_die(trainer):  # called after each vector step's logging
+            if trainer.state.step >= 1_000:
+                trainer.logger.writer.flush()
                 os._exit(9)  # killed hard at step 1,000; the last checkpoint is step 800
-        Trainer._log = log_then_die
         Trainer(catch_config({str(tmp_path)!r}, total_steps=2_000, checkpoint_every=400, run_name="run"),
-                progress=False).run()
+                progress=False, on_step=log_then_die).run()
     """, tmp_path)
     assert killed.returncode == 9, killed.stderr[-2000:]
     Trainer.from_checkpoint(tmp_path / "run", {"total_steps": 1_200}, progress=False).run()
@@ -238,8 +233,11 @@ def test_sticky_actions_default_to_the_env_ids_own(env_id, sticky):
 def test_no_eta_during_the_warm_up(tmp_path, capsys):
     logger = MetricsLogger(str(tmp_path), {}, 1_000, progress=True)
     assert "warm-up" in logger.bar.bar_format and "remaining" not in logger.bar.bar_format
+    logger.progress(96)
     logger.learning_started(100)
     assert logger.bar.bar_format is None and logger.bar.n == 100  # tqdm's default format: rate and ETA
+    logger.progress(164)
+    assert logger.bar.n == 164  # not 168: the new bar counts on from 100
     logger.close()
 
 

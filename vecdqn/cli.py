@@ -25,11 +25,11 @@ from vecdqn.config import SCHEDULE_SHORTHANDS, Config, option_flag, replaced_opt
 from vecdqn.presets import PRESET_SOURCES, PRESETS
 
 if TYPE_CHECKING:
-    from vecdqn.trainer import Trainer
+    from vecdqn.trainer import TrainerBase
 
 __all__ = [
-    "OneLineErrorParser", "UsageError", "build_parser", "error_line", "exit_code", "explicit_options", "main",
-    "parse_args", "parse_config", "preset_values", "presets_help",
+    "OneLineErrorParser", "UsageError", "build_parser", "check_given_options", "error_line", "exit_code",
+    "explicit_options", "main", "parse_args", "parse_config", "preset_values", "presets_help",
 ]
 
 PROG = "train.py"
@@ -141,6 +141,32 @@ def explicit_options(parser: argparse.ArgumentParser, argv: Iterable[str]) -> se
     return given
 
 
+# Options that --actors replaces: each actor plays its own --actor-envs envs with its own fixed
+# epsilon (Horgan et al. 2018), so the single-process envs and epsilon schedule are not used.
+NOT_WITH_ACTORS = ("num_envs", "epsilon_start", "epsilon_end", "epsilon_decay_steps", "epsilon_schedule")
+# Options that only a run with --actors uses.
+ACTOR_OPTIONS = ("actor_envs", "ray_address", "weight_sync_every", "apex_epsilon", "apex_alpha", "actor_block_steps")
+
+
+def check_given_options(given: set[str], actors: int) -> None:
+    """Refuse options given explicitly (``given``: `Config` field names) that a run with
+    ``actors`` actors would not use, rather than drop them silently.
+
+    Raises:
+        UsageError: one line naming the options and what to do instead.
+    """
+    unused = [n for n in (NOT_WITH_ACTORS if actors else ACTOR_OPTIONS) if n in given]
+    if not unused:
+        return
+    flags = ", ".join(option_flag(n) for n in unused)
+    one = len(unused) == 1
+    if actors:
+        raise UsageError(f"{flags} cannot be used with --actors {actors}: each actor plays --actor-envs envs with "
+                         f"its own fixed epsilon (--apex-epsilon, --apex-alpha); drop {'it' if one else 'them'}")
+    raise UsageError(f"{flags} only appl{'ies' if one else 'y'} with --actors N (N >= 1, Ray actors); add --actors "
+                     f"or drop {'it' if one else 'them'}")
+
+
 def preset_values(preset: str, given: set[str]) -> dict[str, Any]:
     """The values a preset sets, less those the command line replaces (`replaced_options`): an
     explicit option wins, an explicit two-point shorthand (e.g. ``--epsilon-end``) also drops the
@@ -162,8 +188,8 @@ def parse_config(argv: list[str] | None = None) -> tuple[Config, set[str]]:
 
     Raises:
         UsageError: a malformed option, both forms of one schedule, an unknown preset, a
-            ``--preset`` with ``--resume``, or (without ``--resume``) a value `Config.validate`
-            refuses.
+            ``--preset`` with ``--resume``, or (without ``--resume``) an option the run would not
+            use (`check_given_options`) or a value `Config.validate` refuses.
     """
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
@@ -184,6 +210,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[Config, set[str]]:
         values.update(preset_values(preset, given))
     config = Config(**values)
     if not config.resume:
+        check_given_options(given, config.actors)
         try:
             config.validate()
         except ValueError as err:
@@ -202,7 +229,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
 # -- train.py ---------------------------------------------------------------------------------------
 
 
-def trainer_class(actors: int) -> type[Trainer]:
+def trainer_class(actors: int) -> type[TrainerBase]:
     """`Trainer` for ``--actors 0``, else the distributed trainer.
 
     Raises:
@@ -255,6 +282,7 @@ def _train(argv: list[str] | None) -> int:
     if config.resume:
         given = given - {"resume"}
         actors = config.actors if "actors" in given else saved_actors(config.resume)
+        check_given_options(given, actors)
         trainer = trainer_class(actors).from_checkpoint(config.resume, {k: getattr(config, k) for k in given})
     else:
         trainer = trainer_class(config.actors)(config)

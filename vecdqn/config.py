@@ -311,8 +311,7 @@ class Config:
         if self.n_step > MAX_N_STEP:
             raise ValueError(f"--n-step {self.n_step} is too long; use at most {MAX_N_STEP} (Rainbow uses 3)")
         self._validate_actors()
-        envs, envs_said = ((self.actors * self.actor_envs, f"--actors {self.actors} x --actor-envs {self.actor_envs}")
-                           if self.actors else (self.num_envs, f"--num-envs {self.num_envs}"))
+        envs, envs_said = self.env_workers()
         ring = self.buffer_size // envs
         if ring < 2 * self.frame_stack + self.n_step:
             raise ValueError(
@@ -356,6 +355,13 @@ class Config:
                              "games and the replay refills for --learning-starts agent steps; drop --save-replay")
         if self.actors and self.seed + self.actors * self.actor_envs > 2**32:
             raise ValueError(f"--seed {self.seed} + --actors x --actor-envs exceeds 2**32; use a smaller seed")
+
+    def env_workers(self) -> tuple[int, str]:
+        """``(count, options)``: the env worker processes of the run and the options that set
+        them: ``--actors A x --actor-envs K`` with actors, else ``--num-envs N``."""
+        if self.actors:
+            return self.actors * self.actor_envs, f"--actors {self.actors} x --actor-envs {self.actor_envs}"
+        return self.num_envs, f"--num-envs {self.num_envs}"
 
     def schedule_points(self, quantity: str) -> list[tuple[float, float]]:
         """The ``(agent step, value)`` points of the ``"epsilon"``, ``"per_beta"`` or

@@ -92,6 +92,7 @@ class MetricsLogger:
         agent steps with learning."""
         self.bar.close()
         self.bar = self._new_bar(step, warm_up=False)
+        self._step = step  # the new bar starts there: `progress` counts on from it
 
     def _write_config(self, config: Mapping[str, Any]) -> None:
         table = "|option|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in config.items())

@@ -125,11 +125,12 @@ class LearnerPipeline:
         self._write(indices, td_errors)
         return metrics
 
-    def store(self, *transitions: Any) -> np.ndarray:
-        """``buffer.add(*transitions)`` once no draw is running, then the device copy of the frames
-        brought up to date; returns what ``add`` returns."""
+    def store(self, *transitions: Any, envs: Any = None) -> np.ndarray:
+        """``buffer.add(*transitions, envs=envs)`` once no draw is running, then the device copy of
+        the frames brought up to date; returns what ``add`` returns. Every ``add`` of a run goes
+        through here: an ``add`` beside it would race a prefetch draw and leave the copy stale."""
         self.drain()
-        slots = self.buffer.add(*transitions)
+        slots = self.buffer.add(*transitions, envs=envs)
         if self.frames is not None:
             self.frames.sync()
         return slots

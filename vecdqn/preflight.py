@@ -73,7 +73,7 @@ def preflight(config: Config, *, resuming: bool = False) -> None:
         raise ConfigError(str(err)) from None
     n_actions = check_env_starts(config)
     check_log_dir(config, resuming=resuming)
-    check_worker_limits(config.num_envs)
+    check_worker_limits(config)
     check_memory(config)
     check_disk(config, n_actions)
 
@@ -124,44 +124,52 @@ def check_log_dir(config: Config, *, resuming: bool) -> None:
         ) from None
 
 
-def check_worker_limits(num_envs: int) -> None:
-    """Refuse more env workers than the process's open-file limit can hold (each worker needs a
-    pipe), instead of failing halfway through starting them."""
+def check_worker_limits(config: Config) -> None:
+    """Refuse more env workers than the open-file limit can hold (each worker needs a pipe),
+    instead of failing halfway through starting them. Counts every env worker of the run
+    (`Config.env_workers`): with ``--actors`` the actors' workers, under the same limit on
+    this machine (and the Ray processes that connect them hold more)."""
     try:
         import resource
 
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     except (ImportError, OSError, ValueError):  # no such limit on this platform
         return
-    if soft != resource.RLIM_INFINITY and num_envs * FDS_PER_WORKER + 64 > soft:
+    workers, said = config.env_workers()
+    if soft != resource.RLIM_INFINITY and workers * FDS_PER_WORKER + 64 > soft:
         raise ConfigError(
-            f"--num-envs {num_envs} needs about {num_envs * FDS_PER_WORKER + 64} open files but this process may "
-            f"open {soft} (ulimit -n); use at most {(soft - 64) // FDS_PER_WORKER} envs or raise the limit"
+            f"{said} needs about {workers * FDS_PER_WORKER + 64} open files for {workers} env workers but this "
+            f"process may open {soft} (ulimit -n); use at most {(soft - 64) // FDS_PER_WORKER} env workers or raise "
+            "the limit"
         )
 
 
 def check_memory(config: Config) -> None:
-    """The replay and the env workers fit in the memory that is free now."""
+    """The replay and every env worker of the run (`Config.env_workers`) fit in the memory that
+    is free now."""
     need = replay_bytes(config) + (replay_frame_bytes(config) if config.replay_device == "cpu" else 0)
-    workers = config.num_envs * WORKER_BYTES
+    count, said = config.env_workers()
+    workers = count * WORKER_BYTES
     free = available_memory_bytes()
     if free is not None and need + workers > free:
         raise ConfigError(
-            f"--buffer-size {config.buffer_size} needs {need / 2**30:.1f} GiB for the replay and --num-envs "
-            f"{config.num_envs} about {workers / 2**30:.1f} GiB for the env workers, but only {free / 2**30:.1f} GiB "
-            f"are free; use a smaller --buffer-size or fewer --num-envs"
+            f"--buffer-size {config.buffer_size} needs {need / 2**30:.1f} GiB for the replay and {said} about "
+            f"{workers / 2**30:.1f} GiB for {count} env workers, but only {free / 2**30:.1f} GiB are free; use a "
+            "smaller --buffer-size or fewer env workers"
         )
 
 
 def checkpoint_bytes(config: Config, n_actions: int) -> int:
     """Bytes of one checkpoint file, estimated: online and target networks and Adam's two moments
-    (four float32 copies of the parameters), plus each env's snapshot and observation."""
+    (four float32 copies of the parameters), plus each env's snapshot and observation (none
+    with ``--actors``)."""
     with torch.device("meta"):
         net = QNetwork(n_actions, in_channels=config.frame_stack, screen_size=config.screen_size,
                        dueling=config.dueling, hidden_size=config.hidden_size)
     parameters = sum(p.numel() for p in net.parameters())
     per_env = 2 * config.frame_stack * config.screen_size**2 + SNAPSHOT_BYTES
-    return 4 * 4 * parameters + config.num_envs * per_env + 2**20
+    snapshotted = 0 if config.actors else config.num_envs  # the actors' games are not kept
+    return 4 * 4 * parameters + snapshotted * per_env + 2**20
 
 
 def check_disk(config: Config, n_actions: int) -> None:

@@ -35,10 +35,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--actors-envs", type=int, default=2, help="envs per actor, and of the trainer (default 2)")
 
 
-def _flags(args: argparse.Namespace, log_dir: str) -> list[str]:
+def _flags(args: argparse.Namespace, log_dir: str, actors: int) -> list[str]:
+    """The command line of one run: ``--actors-envs`` envs per actor, or for the trainer."""
+    envs = ["--actors", str(actors), "--actor-envs", str(args.actors_envs)] if actors else [
+        "--num-envs", str(args.actors_envs)]
     return ["--preset", "catch", "--log-dir", log_dir, "--total-steps",
             str(args.actors_learning_starts + args.actors_steps), "--learning-starts", str(args.actors_learning_starts),
-            "--log-every", "100000", "--num-envs", str(args.actors_envs), "--actor-envs", str(args.actors_envs)]
+            "--log-every", "100000", *envs]
 
 
 def measure(args: argparse.Namespace, actors: int) -> tuple[float, float]:
@@ -47,7 +50,7 @@ def measure(args: argparse.Namespace, actors: int) -> tuple[float, float]:
     from vecdqn.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as log_dir:
-        config = parse_args([*_flags(args, log_dir), "--actors", str(actors)])
+        config = parse_args(_flags(args, log_dir, actors))
         if actors:
             from vecdqn.distributed.learner import DistributedTrainer
 

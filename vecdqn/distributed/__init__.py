@@ -6,7 +6,8 @@ one prioritized replay, samples, updates and publishes its weights through Ray's
 Modules: `actor` (`Actor`, `apex_epsilons`), `blocks` (`Block`, what an actor ships, and
 `BlockIngest`, how the learner files it into the replay), `pool` (`ActorPool`: the Ray actors,
 the bounded queue of block requests, restarts, weights; `start_ray`), `learner`
-(`DistributedTrainer`, the training loop of ``--actors N``).
+(`DistributedTrainer`, the trainer of ``--actors N``: its `BlockCollector` feeds the same
+`vecdqn.core.TrainingCore` as the single-process trainer's vector-env loop).
 
 Ray is an optional dependency (``pip install -e ".[ray]"``): importing this package does not
 import it; `require_ray` says what to install.

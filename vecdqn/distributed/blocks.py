@@ -12,6 +12,8 @@ starts (an actor's first block, and each reset). The learner rebuilds the stacks
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -20,6 +22,10 @@ import numpy as np
 from vecdqn.replay import PrioritizedReplayBuffer
 
 __all__ = ["Block", "BlockIngest"]
+
+
+# The fields of a `Block` with one row per vector step.
+ROW_FIELDS = ("frames", "actions", "rewards", "terminated", "truncated", "priorities")
 
 
 @dataclass
@@ -84,6 +90,24 @@ class Block:
                   self.first_obs, self.reset_obs]
         return sum(a.nbytes for a in arrays if a is not None)
 
+    def split(self, steps: int) -> tuple[Block, Block]:
+        """``(its first steps rows, the rest)`` as two blocks of the same actor process, for
+        ``0 < steps < T``: the rest continues the first's stream (no ``first_obs``; its rows and
+        games counted from 0). The learner files the first up to an evaluation, a checkpoint or
+        the end of the run, and the rest after it."""
+        cut = int((self.terminated[:steps] | self.truncated[:steps]).sum())  # episode starts in the first part
+
+        def part(rows: slice, resets: slice, **fields: Any) -> Block:
+            reset_obs = None if self.reset_obs is None else self.reset_obs[resets]
+            return dataclasses.replace(self, **{name: getattr(self, name)[rows] for name in ROW_FIELDS},
+                                       reset_obs=reset_obs if reset_obs is not None and len(reset_obs) else None,
+                                       **fields)
+
+        head = part(slice(None, steps), slice(None, cut), episodes=[game for game in self.episodes if game[0] < steps])
+        rest = part(slice(steps, None), slice(cut, None), first_u=self.first_u + steps, first_obs=None,
+                    episodes=[(t - steps, k, r, n) for t, k, r, n in self.episodes if t >= steps])
+        return head, rest
+
     def record(self, t: int, frames: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
                terminated: np.ndarray, truncated: np.ndarray) -> None:
         """Row ``t``: ``frames (K, H, W) uint8`` and ``(K,)`` actions, raw rewards and flags."""
@@ -128,6 +152,10 @@ class BlockIngest:
     Args:
         buffer: the replay (its N is fixed here to ``A·K``).
         actors, actor_envs: ``A`` and ``K``.
+        store: how transitions reach the replay: ``store(obs, actions, rewards, next_obs,
+            terminated, truncated, envs=...) -> slots`` (the learner passes `TrainingCore.store`,
+            which keeps the learner pipeline's device frames and prefetch draws consistent);
+            None: ``buffer.add``.
         clip_rewards: store ``sign(reward)`` (Mnih et al. 2015).
         prioritize: use the actors' priorities (off for uniform replay).
 
@@ -135,9 +163,10 @@ class BlockIngest:
         ValueError: a buffer whose N is already another.
     """
 
-    def __init__(self, buffer: PrioritizedReplayBuffer, actors: int, actor_envs: int, *, clip_rewards: bool = True,
-                 prioritize: bool = True):
+    def __init__(self, buffer: PrioritizedReplayBuffer, actors: int, actor_envs: int, *,
+                 store: Callable[..., np.ndarray] | None = None, clip_rewards: bool = True, prioritize: bool = True):
         self.buffer, self.actors, self.k = buffer, actors, actor_envs
+        self.store = store if store is not None else buffer.add
         self.clip_rewards, self.prioritize = clip_rewards, prioritize
         buffer.start_envs(actors * actor_envs)
         self._obs: dict[int, np.ndarray] = {}  # actor -> (K, S, H, W) obs its next step acts in
@@ -194,10 +223,9 @@ class BlockIngest:
     def _add(self, actor: int, step: _Step) -> None:
         envs, n = self.envs_of(actor), self.buffer.n_step
         rewards = np.sign(step.rewards) if self.clip_rewards else step.rewards
-        slots = self.buffer.add(step.obs, step.actions, rewards, step.next_obs, step.terminated, step.truncated,
-                                envs=envs)
+        slots = self.store(step.obs, step.actions, rewards, step.next_obs, step.terminated, step.truncated, envs=envs)
         self._slot_of[envs, step.u % n] = slots
-        if self.prioritize:
+        if self.prioritize:  # right after the store, in this thread: no draw runs until the next update
             k, j = np.nonzero(np.isfinite(step.priorities))
             if k.size:
                 self.buffer.update_priorities(self._slot_of[envs[k], (step.u - j) % n], step.priorities[k, j])

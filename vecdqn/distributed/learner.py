@@ -1,4 +1,5 @@
-"""`DistributedTrainer`: the learner of ``--actors N`` (Ape-X, Horgan et al. 2018).
+"""`DistributedTrainer`: the learner of ``--actors N`` (Ape-X, Horgan et al. 2018), the
+`BlockCollector` feeding the same `vecdqn.core.TrainingCore` as the single-process trainer.
 
 One iteration of the learner, with the actors playing in their own processes all along::
 
@@ -10,9 +11,12 @@ Counts mean what they mean in `vecdqn.trainer.Trainer`: ``step`` counts the agen
 every actor that reached the replay; one update is due every ``train_frequency`` of them from
 ``learning_starts`` on (`updates_due`, a block of ``T·K`` agent steps playing the part of a
 vector step), the target syncs every ``target_update_frequency``; β and the learning rate
-follow their schedules in agent steps. The actors' epsilons are fixed (`apex_epsilons`); the
-``--epsilon-*`` schedule is not used. If the learner is slower than the actors, the replay
-ratio still holds: the actors wait (see `vecdqn.distributed.pool`, "Backpressure").
+follow their schedules in agent steps. The actors' epsilons are fixed (`apex_epsilons`; the
+``--epsilon-*`` options are refused with ``--actors``). If the learner is slower than the actors,
+the replay ratio still holds: the actors wait (see `vecdqn.distributed.pool`, "Backpressure").
+Evaluations, checkpoints and the end of the run fall exactly on their agent step when it is a
+multiple of ``--actor-envs``: the block that crosses one is split there (`Block.split`), so
+``--total-steps`` is exact; blocks beyond it are left unread.
 
 TensorBoard: ``charts/episodic_return`` and ``charts/episodic_length`` hold every actor's
 games (each at the agent step it reached the replay); ``charts/episodic_return/actor_<i>`` the
@@ -20,26 +24,30 @@ games of actor ``i`` alone; ``distributed/actor_restarts``, ``distributed/weight
 (the updates the published weights have seen) and ``distributed/blocks_dropped``.
 
 Checkpoints hold the networks, optimizer, counters and RNGs (no env snapshots, no replay): a
-``--resume`` starts the actors on fresh games and refills ``learning_starts`` agent steps.
+``--resume`` starts the actors on fresh games and refills ``learning_starts`` agent steps (a
+replay saved by a single-process run is not reused: its open n-step windows belong to other
+games). An actor whose env fails stops the run with one line naming it, after a checkpoint.
 """
 
 from __future__ import annotations
 
+import collections
+import math
 import os
-import time
 from typing import Any
 
 import ray
 
 from vecdqn.config import Config, default_torch_threads
+from vecdqn.core import TrainingCore
 from vecdqn.distributed import require_ray
 from vecdqn.distributed.blocks import Block, BlockIngest
 from vecdqn.distributed.pool import ActorPool, start_ray
 from vecdqn.envs import make_env
 from vecdqn.preflight import ConfigError
-from vecdqn.trainer import Interrupted, Trainer, target_syncs_due, updates_due
+from vecdqn.trainer import TrainerBase
 
-__all__ = ["DistributedTrainer"]
+__all__ = ["BlockCollector", "DistributedTrainer", "learner_threads"]
 
 
 def learner_threads(config: Config, device_type: str, cpu_count: int | None = None) -> int:
@@ -47,15 +55,87 @@ def learner_threads(config: Config, device_type: str, cpu_count: int | None = No
     actors run on this machine (a local Ray instance): idle-spinning torch threads that lose
     their cores to the actors slow every update several-fold."""
     cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
-    local = 0 if config.ray_address else config.actors
+    local = 0 if config.ray_address or os.environ.get("RAY_ADDRESS") else config.actors
     return max(1, default_torch_threads(local, cores, device_type) - (local if device_type == "cpu" else 0))
 
 
-class DistributedTrainer(Trainer):
+class BlockCollector:
+    """The Ape-X collector: each `collect` files the blocks the actors finished into the core,
+    each followed by the updates and target syncs due for its ``T·K`` agent steps (a block plays
+    the part of a vector step); the weights are published every ``weight_sync_every`` updates.
+
+    Args:
+        core: the `TrainingCore` it feeds (set up).
+        pool: the actors.
+        ingest: files blocks into the core's replay through `TrainingCore.store`.
+    """
+
+    def __init__(self, core: TrainingCore, pool: ActorPool, ingest: BlockIngest):
+        self.core, self.pool, self.ingest = core, pool, ingest
+        self.published_at = 0  # updates when the weights were last published
+        self.pending: collections.deque[Block] = collections.deque()  # taken, not filed yet
+
+    def start(self) -> None:
+        """Publish the first weights and ask every actor for blocks."""
+        self.publish()
+        self.pool.fill()
+
+    def publish(self) -> None:
+        """Put the online network's weights where the actors' next requests find them."""
+        self.published_at = self.core.state.updates
+        self.pool.publish(self.published_at, self.core.agent.online.state_dict())
+
+    def collect(self) -> None:
+        """File the finished blocks (taken when none is pending, waiting up to 1 s for one), each
+        with its updates, up to the core's `TrainingCore.next_boundary`: a block that crosses it
+        is split there (whole rows of K agent steps) and its rest filed by the next collect, so
+        evaluations, checkpoints and the end of the run fall on their agent step. Blocks beyond
+        ``total_steps`` are left unread."""
+        core, s = self.core, self.core.state
+        if not self.pending:
+            self.pending.extend(self.pool.take(timeout=1.0))
+        while self.pending and s.step < core.next_boundary:
+            block = self.pending.popleft()
+            left = core.next_boundary - s.step
+            if left < block.agent_steps:
+                block, rest = block.split(math.ceil(left / block.actions.shape[1]))
+                self.pending.appendleft(rest)
+            self.file(block)
+
+    def file(self, block: Block) -> None:
+        """One block: into the replay, its games into TensorBoard, then the updates and target
+        syncs due for its agent steps, the count, and the weights if due."""
+        core, s = self.core, self.core.state
+        if not self.ingest.ingest(block):
+            return
+        k = block.actions.shape[1]
+        games = [(s.step + t * k + env + 1, episodic_return, length)
+                 for t, env, episodic_return, length in block.episodes]
+        core.games(games)
+        for step, episodic_return, _ in games:
+            core.logger.scalars(step, {f"charts/episodic_return/actor_{block.actor}": episodic_return})
+        core.learn(block.agent_steps)
+        core.advance(block.agent_steps)
+        if s.updates - self.published_at >= core.config.weight_sync_every:
+            self.publish()
+
+    def snapshot(self) -> None:
+        """None: the actors' games are not kept (a resume starts fresh ones)."""
+        return None
+
+    def scalars(self) -> dict[str, float]:
+        """``distributed/actor_restarts``, ``distributed/weights_version`` (updates the published
+        weights have seen), ``distributed/blocks_dropped``."""
+        return {"distributed/actor_restarts": self.pool.restarts, "distributed/weights_version": self.pool.version,
+                "distributed/blocks_dropped": self.ingest.dropped_blocks}
+
+
+class DistributedTrainer(TrainerBase):
     """Trains one DQN agent from ``config.actors`` Ray actors (see the module docstring).
 
-    Args: as `Trainer`. ``config.ray_address`` empty starts (and at the end stops) a local Ray
-    instance on 127.0.0.1; in a process where Ray is already initialized that instance is used.
+    Args: as `vecdqn.trainer.TrainerBase`. ``config.ray_address`` (or ``RAY_ADDRESS``) empty
+    starts (and at the end stops) a local Ray instance on 127.0.0.1; in a process where Ray is
+    already initialized that instance is used. ``pool`` is the `ActorPool` once running.
 
     Raises:
         ImportError: Ray is not installed (`vecdqn.distributed.RAY_MISSING`).
@@ -68,115 +148,40 @@ class DistributedTrainer(Trainer):
             raise ConfigError(f"--actors {config.actors}: the distributed trainer needs at least one actor")
         super().__init__(config, **kwargs)
         self.pool: ActorPool | None = None
-        self.ingest: BlockIngest | None = None
-        self._published_at = 0  # updates when the weights were last published
 
     def run(self) -> dict[str, Any]:
         """Train until ``total_steps`` agent steps of all actors reached the replay; returns the
-        summary of `Trainer.run`, plus ``actor_restarts``.
+        summary of `TrainingCore.run`, plus ``actor_restarts``.
 
         Raises:
             Interrupted: after SIGINT/SIGTERM, once the checkpoint is written (actors, and a
                 local Ray instance, are stopped either way).
-            NonFiniteError: as `Trainer.run`.
-            ray.exceptions.RayTaskError: an actor's env failed.
+            WorkerError: an actor's env failed (one line naming the actor; a checkpoint is
+                written first).
+            NonFiniteError: as `vecdqn.trainer.Trainer.run`.
         """
-        c = self.config
-        self._start_run(c.torch_threads or learner_threads(c, self.device.type))
+        c, core = self.config, self.core
+        core.start(c.torch_threads or learner_threads(c, core.device.type))
         probe = make_env(c.env_id, c.env_options())
         obs_shape, n_actions = probe.observation_space.shape, int(probe.action_space.n)
         probe.close()
-        self.stop.install()
-        owns_ray = start_ray(c.ray_address, c.actors)
+        joined = ray.is_initialized()  # a caller's instance: used, not shut down
         try:
-            self._set_up_learner(obs_shape, n_actions)
-            if self.resume_state is not None:
-                self._restore(None)
-            self._start_pipeline()
-            self._start_logger()
-            self.ingest = BlockIngest(self.buffer, c.actors, c.actor_envs, clip_rewards=c.clip_rewards,
-                                      prioritize=c.per)
-            self.pool = ActorPool(c, n_actions, obs_shape, seed=c.seed + self.state.step,
-                                  on_restart=self.ingest.end_stream, log=self.logger.write)
-            self.logger.write(f"{c.actors} actors x {c.actor_envs} envs, epsilons "
-                              + ", ".join(f"{e:.3g}" for e in self.pool.epsilons))
-            return self._loop_blocks()
+            with core.stop:
+                with core.stop.held():  # a Ctrl-C stops the run once Ray is up, not Ray halfway
+                    start_ray(c.ray_address, c.actors)
+                core.set_up(obs_shape, n_actions, reuse_replay=False)
+                ingest = BlockIngest(core.buffer, c.actors, c.actor_envs, store=core.store,
+                                     clip_rewards=c.clip_rewards, prioritize=c.per)
+                self.pool = ActorPool(c, n_actions, obs_shape, seed=c.seed + core.state.step,
+                                      on_restart=ingest.end_stream, log=core.say)
+                core.say(f"{c.actors} actors x {c.actor_envs} envs, epsilons "
+                         + ", ".join(f"{e:.3g}" for e in self.pool.epsilons))
+                summary = core.run(BlockCollector(core, self.pool, ingest))
+                return {**summary, "actor_restarts": self.pool.restarts}
         finally:
-            self.stop.uninstall()
             if self.pool is not None:
                 self.pool.close()
-            if owns_ray:
+            if not joined:
                 ray.shutdown()
-            if self.logger is not None:
-                self.logger.close()
-
-    def _loop_blocks(self) -> dict[str, Any]:
-        """Until ``total_steps``: take finished blocks, file and learn from each, log, evaluate,
-        checkpoint; publish the weights every ``weight_sync_every`` updates."""
-        c, s = self.config, self.state
-        clock = {"start": (time.perf_counter(), s.step), "learning": None}
-        self._published_at = s.updates
-        self.pool.publish(s.updates, self.agent.online.state_dict())
-        self.pool.fill()
-        while s.step < c.total_steps:
-            for block in self.pool.take(timeout=1.0):
-                if s.step >= c.total_steps:  # blocks beyond the run's length are left unread
-                    break
-                self._file(block)
-            if clock["learning"] is None and s.updates > s.update_offset:
-                clock["learning"] = (time.perf_counter(), s.step)
-                self.logger.learning_started(s.step)
-            self._log()
-            if s.step >= s.next_eval:
-                s.next_eval += c.eval_every
-                self._evaluate()
-            if self.stop.signum is not None:
-                raise Interrupted(self.stop.signum, self.save_checkpoint("latest.pt"))
-            if s.next_checkpoint <= s.step < c.total_steps:
-                s.next_checkpoint += c.checkpoint_every
-                self.save_checkpoint("latest.pt")
-                if c.keep_checkpoints:
-                    self.save_checkpoint(f"step_{s.step:09d}.pt")
-        latest = self.save_checkpoint("latest.pt")
-        summary = self._summary(clock, latest, self.save_checkpoint("final.pt"))
-        return {**summary, "actor_restarts": self.pool.restarts}
-
-    def _file(self, block: Block) -> None:
-        """One block: into the replay, its games into TensorBoard, then the updates and target
-        syncs due for its ``T·K`` agent steps (as `Trainer._learn` for a vector step)."""
-        c, s = self.config, self.state
-        if not self.ingest.ingest(block):
-            return
-        k = block.actions.shape[1]
-        for t, env, episodic_return, length in block.episodes:
-            step = s.step + t * k + env + 1
-            self.logger.episode(step, episodic_return, length)
-            self.logger.scalars(step, {f"charts/episodic_return/actor_{block.actor}": episodic_return})
-        s.episodes = self.logger.episodes
-        n = block.agent_steps
-        if s.step >= s.learn_from and len(self.buffer) >= c.batch_size:
-            due = updates_due(s.step, n, s.learn_from, c.train_frequency, s.updates - s.update_offset)
-            if due:
-                self.agent.set_learning_rate(self.schedules.learning_rate(s.step))
-                beta = self.schedules.beta(s.step)
-                for _ in range(due):
-                    metrics = self._update(beta)
-                    if metrics:  # with --prefetch the first update's metrics arrive with the next one
-                        self.logger.losses(metrics)
-            syncs, s.next_sync = target_syncs_due(s.step, n, s.next_sync, c.target_update_frequency)
-            if syncs:
-                self.agent.sync_target()
-        s.step += n
-        if s.updates - self._published_at >= c.weight_sync_every:
-            self._published_at = s.updates
-            self.pool.publish(s.updates, self.agent.online.state_dict())
-
-    def _log(self) -> None:
-        """`Trainer._log`, plus the ``distributed/`` scalars when the scalars are due."""
-        c, s = self.config, self.state
-        due = s.step >= s.next_log or s.step >= c.total_steps
-        super()._log()
-        if due:
-            self.logger.scalars(s.step, {"distributed/actor_restarts": self.pool.restarts,
-                                         "distributed/weights_version": self.pool.version,
-                                         "distributed/blocks_dropped": self.ingest.dropped_blocks})
+            core.close()

@@ -14,6 +14,10 @@ outstanding requests fail with ``RayActorError``; the pool logs one line, counts
 (``restarts``, once per death), drops that actor's other requests, tells the learner
 (``on_restart``) and asks the new process for blocks (requests that fail while it restarts
 are retried every 0.5 s without counting again).
+
+**Failures.** An actor whose env raises (its process lives on) stops the run as a failed env
+worker stops the single-process trainer: `take` raises one `WorkerError` line naming the actor,
+and the learner writes a checkpoint before it stops.
 """
 
 from __future__ import annotations
@@ -21,40 +25,66 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import re
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import RayActorError, RayTaskError
 
 from vecdqn.config import Config
 from vecdqn.distributed.actor import Actor, apex_epsilons
 from vecdqn.distributed.blocks import Block
+from vecdqn.vector import WorkerError
 
 __all__ = ["ActorPool", "start_ray"]
 
 
 def start_ray(address: str, actors: int) -> bool:
-    """Connect to Ray: ``address`` (``"auto"`` or ``host:port``) joins a running cluster; empty
-    starts a local instance listening on 127.0.0.1 only, without the dashboard, with at least one
-    CPU per actor (actors oversubscribe a small machine rather than wait to be scheduled).
+    """Connect to Ray: ``address`` (``"auto"`` or ``host:port``), or else the ``RAY_ADDRESS``
+    environment variable (set on the nodes of a Ray cluster), joins a running instance, which
+    keeps its own resources; with neither, a local instance starts, listening on 127.0.0.1 only,
+    without the dashboard, with at least one CPU per actor (actors oversubscribe a small machine
+    rather than wait to be scheduled).
+
+    Call it inside the ``try`` whose ``finally`` calls ``ray.shutdown()``, with a Ctrl-C held for
+    after the start (`vecdqn.core.StopSignals.held`): a start cut halfway leaves processes that
+    nothing stops. SIGINT is blocked while Ray starts its processes, which inherit that: a Ctrl-C
+    reaches a terminal's whole process group, and this process, not each of Ray's, decides how to
+    stop (``ray.shutdown()`` stops them), as the env workers ignore it (`vecdqn.vector.WorkerGuard.start`).
 
     Returns:
         True when this call connected (the caller calls ``ray.shutdown()`` at the end, which
         also stops a local instance); False when Ray was already initialized in this process.
 
     Raises:
-        ConnectionError: no cluster at ``address`` (from Ray).
+        ConnectionError: no instance at ``address`` or ``RAY_ADDRESS`` (from Ray).
     """
     if ray.is_initialized():
         return False
-    if address:
-        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-    else:
-        ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=max(os.cpu_count() or 1, actors),
-                 log_to_driver=False, logging_level=logging.WARNING)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        if address or os.environ.get("RAY_ADDRESS"):
+            # Ray refuses num_cpus/num_gpus when it joins: the instance was sized when it started.
+            ray.init(address=address or None, log_to_driver=False, logging_level=logging.WARNING)
+        else:
+            ray.init(_node_ip_address="127.0.0.1", include_dashboard=False,
+                     num_cpus=max(os.cpu_count() or 1, actors), log_to_driver=False, logging_level=logging.WARNING)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     return True
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an error's message, of the actor's own exception for a `RayTaskError`
+    (whose message is the remote traceback, with terminal colour codes), without escape codes."""
+    cause = getattr(err, "cause", None)
+    if isinstance(err, RayTaskError) and isinstance(cause, BaseException):
+        err = cause
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 class ActorPool:
@@ -104,8 +134,8 @@ class ActorPool:
         up to ``timeout`` seconds for the first; then tops the queues up again (`fill`).
 
         Raises:
-            ray.exceptions.RayTaskError: an actor's ``collect`` raised (e.g. its env worker
-                failed): the run stops with that error.
+            WorkerError: an actor's ``collect`` raised (e.g. its env worker failed), one line
+                naming the actor and the cause.
         """
         heads = [queue[0] for queue in self.requests if queue]
         if not heads:
@@ -125,6 +155,8 @@ class ActorPool:
                 except RayActorError as err:
                     self._restarted(actor, err)
                     break
+                except RayTaskError as err:
+                    raise WorkerError(f"actor {actor} failed: {first_line(err)}") from None
                 self.restarting.discard(actor)
                 self.versions[actor] = block.weights_version
                 blocks.append(block)
@@ -140,9 +172,8 @@ class ActorPool:
             return
         self.restarting.add(actor)
         self.restarts += 1
-        reason = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
-        self.log(f"actor {actor} died ({type(err).__name__}: {reason}); Ray restarts it with fresh games "
-                 f"(restart {self.restarts} of this run)")
+        self.log(f"actor {actor} died ({type(err).__name__}: {first_line(err)[:160]}); Ray restarts it with fresh "
+                 f"games (restart {self.restarts} of this run)")
         self.on_restart(actor)
 
     def pids(self, timeout: float = 30.0) -> list[int]:

@@ -236,7 +236,7 @@ class PrioritizedReplayBuffer(ReplayBase):
         Raises:
             ValueError: as `sample`.
         """
-        indices, weights = self._draw(batch_size, beta)
+        indices, weights = self.draw(batch_size, beta)
         return self._slots(indices, weights)
 
     def frame_slots_since(self, written: Any) -> np.ndarray:

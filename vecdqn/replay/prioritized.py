@@ -162,11 +162,11 @@ class ReplayBase:
         Raises:
             ValueError: ``batch_size`` is not an int in ``[1, len(self)]``; ``beta`` outside [0, 1].
         """
-        return self._fetch(*self._draw(batch_size, beta))
+        return self._fetch(*self.draw(batch_size, beta))
 
-    def _draw(self, batch: int, beta: float) -> tuple[np.ndarray, np.ndarray]:
-        """``(indices (B,) int64, weights (B,) float32)`` of one stratified draw (see `sample`);
-        ``batch`` and ``beta`` checked there."""
+    def draw(self, batch: int, beta: float = 0.4) -> tuple[np.ndarray, np.ndarray]:
+        """``(indices (B,) int64, weights (B,) float32)``: the transitions `sample` would return
+        (same generator, same draws), without reading them. Raises ValueError as `sample`."""
         batch = check_int("batch_size", batch, 1)
         available = len(self)
         if batch > available:

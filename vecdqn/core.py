@@ -1,0 +1,454 @@
+"""The training core: what a training step does once transitions arrive, for any collector.
+
+Shape legend: ``N`` transitions per store (one per env), ``S`` stacked frames, ``H×W`` a frame.
+
+Two collectors feed one `TrainingCore`: the vector-env loop (`vecdqn.trainer.VectorCollector`)
+and the Ape-X block loop (`vecdqn.distributed.learner.BlockCollector`). A collector owns where
+transitions come from; the core owns everything after that, once::
+
+    TrainingCore.run(collector):
+        collector.start()
+        until total_steps:
+            collector.collect()  ──► core.store(...)     into the replay, through the learner
+                                 │                       pipeline (device frames, prefetch)
+                                 ├─► core.learn(k)       the updates due for k new agent steps,
+                                 │                       then the target syncs due
+                                 ├─► core.games(...)     whole games to TensorBoard
+                                 └─► core.advance(k)     the agent-step count
+            log ─ on_step ─ evaluate ─ stop request ─ periodic checkpoint
+        final checkpoints, summary
+    (a failed env worker or actor: a checkpoint, then the error)
+
+Counts are agent steps summed over envs or actors (see `vecdqn.train_state`); every counter
+lives in one `TrainState`, saved whole by the checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import random
+import signal
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from vecdqn import checkpoint
+from vecdqn.agent import DQNAgent, select_device
+from vecdqn.config import Config
+from vecdqn.device_replay import DeviceFrames
+from vecdqn.evaluation import evaluate
+from vecdqn.metrics import MetricsLogger
+from vecdqn.pipeline import LearnerPipeline
+from vecdqn.preflight import preflight
+from vecdqn.replay import PrioritizedReplayBuffer
+from vecdqn.schedules import Schedules
+from vecdqn.train_state import TrainState, target_syncs_due, updates_due
+from vecdqn.vector import WorkerError
+from vecdqn.video import video_for_tensorboard
+
+__all__ = ["Collector", "Interrupted", "NonFiniteError", "StopSignals", "TrainingCore", "evaluate_and_log"]
+
+
+class NonFiniteError(RuntimeError):
+    """The loss or the Q-values became NaN or infinite."""
+
+
+class Interrupted(Exception):
+    """The run was stopped by SIGINT or SIGTERM after writing a checkpoint."""
+
+    def __init__(self, signum: int, checkpoint_path: Path | None):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.checkpoint_path = checkpoint_path
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum  # 130 for SIGINT, 143 for SIGTERM (shell convention)
+
+
+class StopSignals:
+    """SIGINT/SIGTERM as a request to stop after the current step (a second one stops at once).
+
+    ``with StopSignals(enabled, say) as stop:`` installs the handlers (main thread only) and puts
+    the previous ones back on exit; ``stop.signum`` is the first signal received, or None.
+    Inside ``with stop.held():`` a second signal is recorded too, not raised.
+    """
+
+    def __init__(self, enabled: bool = True, say: Callable[[str], Any] | None = None):
+        self.enabled = enabled
+        self.say = say
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+        self._held = False
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """No KeyboardInterrupt inside: for a call that must not be cut halfway, such as starting
+        Ray (its half-started processes would outlive the run); the run stops after it."""
+        self._held = True
+        try:
+            yield
+        finally:
+            self._held = False
+
+    def install(self) -> StopSignals:
+        """Install the handlers (if enabled); returns self."""
+        if self.enabled:
+            for s in (signal.SIGINT, signal.SIGTERM):
+                self._previous[s] = signal.signal(s, self._on_signal)
+        return self
+
+    def uninstall(self) -> None:
+        """Put the previous handlers back."""
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous.clear()
+
+    def __enter__(self) -> StopSignals:
+        return self.install()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.uninstall()
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            if self._held:
+                return
+            raise KeyboardInterrupt  # second signal: stop now; finally-blocks still close the workers
+        self.signum = signum
+        if self.say is not None:
+            self.say(f"{signal.Signals(signum).name}: finishing this step and writing a checkpoint "
+                     "(send it again to stop at once)")
+
+
+class Collector(Protocol):
+    """A source of transitions for `TrainingCore.run`.
+
+    ``collect`` brings the next transitions (a vector step, or the blocks that arrived): it
+    stores them with `TrainingCore.store`, runs `TrainingCore.learn` for their ``k`` agent steps,
+    records finished games with `TrainingCore.games` and counts them with
+    `TrainingCore.advance`. It stops at `TrainingCore.next_boundary` if it can, else after at
+    most one of its vector steps beyond it.
+    """
+
+    def start(self) -> None:
+        """Ready to collect: first observations and actions, or the first requests."""
+
+    def collect(self) -> None:
+        """Bring, store and learn from the next transitions (see the class)."""
+
+    def snapshot(self) -> dict[str, Any] | None:
+        """What a checkpoint keeps of the envs to continue the same games (see
+        `checkpoint.save_training`'s ``envs``), or None.
+
+        Raises:
+            WorkerError: an env worker is gone.
+        """
+
+    def scalars(self) -> dict[str, float]:
+        """The collector's own scalars, written with the core's every ``log_every`` agent steps."""
+
+
+class TrainingCore:
+    """One DQN learner: replay, agent, pipeline, logger, counters, checkpoints; fed by a collector.
+
+    Args:
+        config: the run's configuration.
+        run_dir: the run folder (event files, ``config.json``, ``checkpoints/``).
+        progress: show the tqdm bar.
+        resume_state: a checkpoint dict (see `checkpoint.load_training`) to continue from.
+        handle_signals: install the SIGINT/SIGTERM handlers while `stop` is entered.
+        on_step: called with no arguments after each collect (after its logging).
+
+    Attributes (set up by `set_up`): ``buffer``, ``agent``, ``pipeline``, ``logger``; ``state``
+    (the `TrainState`), ``schedules``, ``device``, ``stop`` (`StopSignals`), ``failure_checkpoint``
+    (the checkpoint written when a worker failed, else None).
+
+    Raises:
+        ConfigError: on a bad configuration, before any env worker starts (`preflight`).
+    """
+
+    def __init__(self, config: Config, run_dir: Path, *, progress: bool = True,
+                 resume_state: dict[str, Any] | None = None, handle_signals: bool = True,
+                 on_step: Callable[[], None] | None = None):
+        preflight(config, resuming=resume_state is not None)
+        self.config, self.run_dir, self.progress = config, Path(run_dir), progress
+        self.resume_state, self.on_step = resume_state, on_step
+        self.device = select_device(config.device)
+        self.state = TrainState.new(config)
+        self.schedules = Schedules.from_config(config)
+        self.buffer: PrioritizedReplayBuffer | None = None
+        self.agent: DQNAgent | None = None
+        self.pipeline: LearnerPipeline | None = None
+        self.logger: MetricsLogger | None = None
+        self.failure_checkpoint: Path | None = None
+        self.stop = StopSignals(handle_signals, say=self.say)
+        self._clock: dict[str, Any] = {}
+
+    def say(self, message: str) -> None:
+        """One line to the console (through the bar, once the logger runs)."""
+        if self.logger is not None:
+            self.logger.write(message)
+        else:
+            print(message, flush=True)
+
+    # -- set-up --------------------------------------------------------------------------------------
+    def start(self, threads: int) -> None:
+        """Torch threads, the seeds, the run folder and its ``config.json``."""
+        c = self.config
+        torch.set_num_threads(threads)
+        random.seed(c.seed)
+        np.random.seed(c.seed % 2**32)
+        torch.manual_seed(c.seed)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        checkpoint.remove_stale(self.run_dir / "checkpoints")
+        # On resume too: the file then shows the settings the run continues with.
+        (self.run_dir / "config.json").write_text(c.to_json())
+
+    def set_up(self, obs_shape: tuple[int, ...], n_actions: int, *, reuse_replay: bool = True) -> dict[str, Any] | None:
+        """The replay and the agent for observations ``obs_shape`` (``(S, H, W)``) and ``n_actions``,
+        the resume state loaded into them, then the pipeline and the logger.
+
+        Args:
+            reuse_replay: on resume, continue with the checkpoint's saved replay if it has one
+                (False: refill a new one for ``learning_starts`` agent steps).
+
+        Returns:
+            on resume, the checkpoint's env state (``{"snapshots", "obs", "actions"}``) if it has
+            one, for the collector to continue the same games; else None.
+
+        Raises:
+            checkpoint.CheckpointError: the saved replay is corrupt.
+        """
+        c = self.config
+        self.buffer = PrioritizedReplayBuffer(
+            c.buffer_size, obs_shape, alpha=c.per_alpha if c.per else 0.0, eps=c.per_eps, seed=c.seed,
+            n_step=c.n_step, gamma=c.gamma,
+        )
+        self.agent = DQNAgent(
+            n_actions, obs_shape, self.device, learning_rate=self.schedules.learning_rate(0),
+            adam_eps=c.adam_eps, max_grad_norm=c.max_grad_norm, double=c.double, dueling=c.dueling,
+            hidden_size=c.hidden_size, seed=c.seed + 1, compile=c.compile, amp=c.amp,
+        )
+        note = self._restore(reuse_replay) if self.resume_state is not None else ""
+        prefetch = self.device.type == "cuda" if c.prefetch is None else c.prefetch
+        frames = DeviceFrames(self.buffer, select_device(c.replay_device)) if c.replay_device else None
+        # Built after the restore, which may replace the buffer.
+        self.pipeline = LearnerPipeline(self.buffer, self.agent, c.batch_size, per=c.per, prefetch=prefetch,
+                                        frames=frames)
+        s = self.state
+        self.logger = MetricsLogger(str(self.run_dir), c.to_dict(), c.total_steps, initial_step=s.step,
+                                    progress=self.progress, episode_history=s.episode_history, episodes=s.episodes)
+        if self.resume_state is None:
+            return None
+        self.logger.write(f"resumed {self.run_dir} at agent step {s.step}")
+        if s.learn_from > s.step:
+            self.logger.write(f"{note}: refilling the buffer for --learning-starts {c.learning_starts} agent steps "
+                              "before learning resumes")
+        return self.resume_state.get("envs")
+
+    def _restore(self, reuse_replay: bool) -> str:
+        """Load the resume state into the agent, the RNGs, the replay and the `TrainState`;
+        returns why no replay was reused ("" when one was)."""
+        saved = self.resume_state
+        self.agent.load_state_dict(saved["agent"])
+        checkpoint.set_rng_states(saved["rng"])
+        replay, note = (checkpoint.load_replay(saved) if reuse_replay
+                        else (None, "a saved replay is not reused with --actors"))
+        if replay is not None:
+            self.buffer = replay
+        self.state = TrainState(**saved["train_state"]).resumed(self.config, with_replay=replay is not None)
+        return note or ""
+
+    # -- what collectors call --------------------------------------------------------------------------
+    def store(self, *transitions: Any, envs: Any = None) -> np.ndarray:
+        """Add transitions to the replay (`PrioritizedReplayBuffer.add`'s arguments) the one way
+        that keeps the learner pipeline consistent: after any background draw, then the device
+        copy of the frames updated (`LearnerPipeline.store`). Returns the ``(N,) int64`` slots."""
+        return self.pipeline.store(*transitions, envs=envs)
+
+    def learn(self, agent_steps: int) -> None:
+        """The updates due for the ``agent_steps`` agent steps after ``state.step``, then the
+        target syncs due (see `updates_due`, `target_syncs_due`); no update before
+        ``learn_from`` or before the replay holds one batch.
+
+        Raises:
+            NonFiniteError: an update's loss or mean Q-value is NaN or infinite.
+        """
+        c, s = self.config, self.state
+        if s.step < s.learn_from or len(self.buffer) < c.batch_size:
+            return
+        self.agent.set_learning_rate(self.schedules.learning_rate(s.step))
+        beta = self.schedules.beta(s.step)
+        for _ in range(updates_due(s.step, agent_steps, s.learn_from, c.train_frequency, s.updates - s.update_offset)):
+            self._update(beta)
+        syncs, s.next_sync = target_syncs_due(s.step, agent_steps, s.next_sync, c.target_update_frequency)
+        if syncs:
+            self.agent.sync_target()
+
+    def _update(self, beta: float) -> None:
+        """One sampled batch, one gradient step, its priorities written back (with --prefetch:
+        the previous update's metrics and priorities; see `LearnerPipeline`)."""
+        metrics = self.pipeline.update(beta)
+        if metrics:  # prefetch: the first update's results come with the second
+            if not (math.isfinite(metrics["td_loss"]) and math.isfinite(metrics["q_values"])):
+                raise NonFiniteError(
+                    f"non-finite loss ({metrics['td_loss']}) or mean Q ({metrics['q_values']}) at agent step "
+                    f"{self.state.step}, update {self.state.updates}; a too high --learning-rate is the usual "
+                    "cause: lower it and resume from the last checkpoint"
+                )
+            self.logger.losses(metrics)
+        self.state.updates += 1
+
+    def games(self, games: Iterable[tuple[int, float, float]]) -> None:
+        """Record whole games ``(agent step, raw return, length)`` (length in frames for ALE games)."""
+        for step, episodic_return, length in games:
+            self.logger.episode(step, episodic_return, length)
+        self.state.episodes = self.logger.episodes
+
+    def advance(self, agent_steps: int) -> None:
+        """Count ``agent_steps`` more agent steps (after their `learn` and `store`)."""
+        self.state.step += agent_steps
+
+    @property
+    def next_boundary(self) -> float:
+        """The agent step at which the core next acts after a collect: the next evaluation or
+        periodic checkpoint, or the end of the run (inf: none). A collector that can stop its
+        transitions there (the block collector) does, so these happen at that very step."""
+        s = self.state
+        return min(self.config.total_steps, s.next_eval, s.next_checkpoint)
+
+    # -- the run -----------------------------------------------------------------------------------------
+    def run(self, collector: Collector) -> dict[str, Any]:
+        """Train from ``collector`` until ``total_steps`` agent steps (see the module docstring).
+
+        Returns:
+            a summary: ``run_dir``, ``steps``, ``updates``, ``episodes``, ``mean_return`` (raw, last
+            100 games), ``sps`` (agent steps per second of this process), ``learning_sps`` (the same,
+            counted from the first update on), ``checkpoint``, ``latest``.
+
+        Raises:
+            Interrupted: after SIGINT/SIGTERM, once the checkpoint is written.
+            WorkerError: an env worker or actor failed (``failure_checkpoint`` is written first).
+            NonFiniteError: NaN/inf loss or Q-values (the last finite checkpoint is kept).
+        """
+        c, s = self.config, self.state
+        self._clock = {"start": (time.perf_counter(), s.step), "learning": None}
+        try:
+            collector.start()
+            while s.step < c.total_steps:
+                collector.collect()
+                self._after_collect(collector)
+            latest = self.save_checkpoint("latest.pt", collector)
+        except WorkerError:
+            # The envs cannot be snapshotted any more; a resume from this checkpoint restarts the
+            # games but keeps the networks, optimizer, counters and schedules.
+            self.failure_checkpoint = self.save_checkpoint("latest.pt")
+            raise
+        return self._summary(latest, self.save_checkpoint("final.pt"))
+
+    def _after_collect(self, collector: Collector) -> None:
+        """Log, evaluate, honour a stop request and checkpoint, each when due."""
+        c, s = self.config, self.state
+        if self._clock["learning"] is None and s.updates > s.update_offset:
+            self._clock["learning"] = (time.perf_counter(), s.step)
+            self.logger.learning_started(s.step)
+        self._log(collector)
+        if self.on_step is not None:
+            self.on_step()
+        if s.step >= s.next_eval:
+            s.next_eval += c.eval_every
+            evaluate_and_log(self.agent.online, c, s.step, self.device, self.logger)
+        if self.stop.signum is not None:
+            raise Interrupted(self.stop.signum, self.save_checkpoint("latest.pt", collector))
+        if s.next_checkpoint <= s.step < c.total_steps:
+            s.next_checkpoint += c.checkpoint_every
+            self.save_checkpoint("latest.pt", collector)
+            if c.keep_checkpoints:
+                self.save_checkpoint(f"step_{s.step:09d}.pt")
+
+    def _log(self, collector: Collector) -> None:
+        """Scalars every ``log_every`` agent steps (and at the end); the bar every collect."""
+        c, s = self.config, self.state
+        if s.step >= s.next_log or s.step >= c.total_steps:
+            s.next_log += c.log_every
+            self.logger.scalars(s.step, {
+                "charts/beta": self.schedules.beta(s.step),
+                "charts/learning_rate": self.agent.learning_rate,
+                "replay/size": len(self.buffer),
+                "replay/priority_max": float(self.buffer.max_priority),
+                **collector.scalars(),
+            })
+            self.logger.flush_losses(s.step)
+            self.logger.sps(s.step)
+        self.logger.progress(s.step)
+
+    def _summary(self, latest: Path, final: Path) -> dict[str, Any]:
+        now, s = time.perf_counter(), self.state
+        (t0, step0), learning = self._clock["start"], self._clock["learning"]
+        learning_sps = ((s.step - learning[1]) / max(now - learning[0], 1e-9)
+                        if learning is not None and s.step > learning[1] else float("nan"))
+        return {
+            "run_dir": str(self.run_dir), "steps": s.step, "updates": s.updates, "episodes": s.episodes,
+            "mean_return": self.logger.mean_return, "sps": (s.step - step0) / max(now - t0, 1e-9),
+            "learning_sps": learning_sps, "checkpoint": str(final), "latest": str(latest),
+        }
+
+    # -- checkpoints -------------------------------------------------------------------------------------
+    def save_checkpoint(self, name: str = "latest.pt", collector: Collector | None = None) -> Path:
+        """Write ``<run_dir>/checkpoints/<name>`` atomically; returns its path.
+
+        Holds the networks, optimizer, the whole `TrainState`, every RNG state and the config.
+        With ``collector`` it also holds its `Collector.snapshot` (the envs' emulator and wrapper
+        states, so a resume continues the very same games) and, with ``--save-replay``, the replay
+        buffer, saved beside it as one unit (see `checkpoint.save_training`).
+
+        Raises:
+            checkpoint.CheckpointError: the file could not be written (the previous one is kept).
+            WorkerError: ``collector``'s envs cannot be snapshotted.
+        """
+        if self.logger is not None:
+            self.state.episode_history = list(zip(self.logger.returns, self.logger.lengths, strict=True))
+            self.state.episodes = self.logger.episodes
+        envs = collector.snapshot() if collector is not None else None
+        return checkpoint.save_training(
+            self.run_dir / "checkpoints" / name,
+            config=self.config.to_dict(), train_state=dataclasses.asdict(self.state),
+            agent=self.agent.state_dict(), n_actions=self.agent.n_actions, obs_shape=self.agent.obs_shape,
+            envs=envs, replay=self.buffer if self.config.save_replay and collector is not None else None,
+        )
+
+    def close(self) -> None:
+        """Close the logger and the pipeline (whichever were set up)."""
+        if self.logger is not None:
+            self.logger.close()
+        if self.pipeline is not None:
+            self.pipeline.close()
+
+
+def evaluate_and_log(network: torch.nn.Module, c: Config, step: int, device: torch.device,
+                     logger: MetricsLogger) -> None:
+    """The periodic evaluation: whole games in a separate, non-vectorized env (training envs
+    untouched); logs ``eval/return_mean``, ``eval/return_std``, ``eval/hns`` and ``eval/video``."""
+    result = evaluate(network, c, episodes=c.eval_episodes, epsilon=c.eval_epsilon, seed=c.seed + 1_000_003 + step,
+                      device=device, record=True, record_max_frames=1_200)
+    stats = result.stats
+    values = {"eval/return_mean": stats["mean"], "eval/return_std": stats["std"]}
+    if result.hns is not None:
+        values["eval/hns"] = result.hns
+    logger.scalars(step, values)
+    if result.frames is not None and len(result.frames):
+        # One frame per agent step (stride = frame skip), played back in real time.
+        stride = c.frame_skip if result.length_unit == "frames" else 1
+        clip = video_for_tensorboard(result.frames, max_frames=300, scale=0.5, stride=stride)
+        logger.video("eval/video", clip, step, fps=60 / stride if stride > 1 else 15)
+    logger.write(
+        f"eval at agent step {step}: return {stats['mean']:.2f} ± {stats['std']:.2f} over {stats['episodes']} "
+        "games" + (f", human-normalized {result.hns:.3f}" if result.hns is not None else "")
+    )
