@@ -13,10 +13,9 @@ import numpy as np
 import psutil
 import pytest
 import torch
-from helpers import catch_config
+from helpers import RaisingCatch, catch_config
 
 from vecdqn import checkpoint
-from vecdqn.catch import Catch
 from vecdqn.trainer import ConfigError, NonFiniteError, Trainer, WorkerError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,31 +97,11 @@ def test_signal_checkpoints_and_exits_cleanly(tmp_path, signum, code):
     assert not alive, f"worker processes left behind: {alive}"
 
 
-class CrashingCatch(Catch):
-    """Catch that raises on its 50th step, in the env seeded 8 only (env 1 of a run with seed 7)."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.steps_taken = 0
-        self.first_seed = None
-
-    def reset(self, *, seed=None, options=None):
-        if seed is not None and self.first_seed is None:
-            self.first_seed = seed
-        return super().reset(seed=seed, options=options)
-
-    def step(self, action):
-        self.steps_taken += 1
-        if self.steps_taken == 50 and self.first_seed == 8:
-            raise RuntimeError("emulator exploded on step 50")
-        return super().step(action)
-
-
 # gymnasium's AsyncVectorEnv reports a failing worker (and a close during a pending step) as
 # coloured UserWarnings; here the failure is deliberate and asserted below, so they are not shown.
 @pytest.mark.filterwarnings("ignore::UserWarning:gymnasium.vector.async_vector_env")
 def test_worker_exception_stops_the_run_naming_the_env(tmp_path):
-    gym.register("vecdqn-test/CrashingCatch-v0", entry_point=CrashingCatch)
+    gym.register("vecdqn-test/CrashingCatch-v0", entry_point=RaisingCatch, kwargs={"raise_seed": 8})
     config = catch_config(tmp_path, env_id="vecdqn-test/CrashingCatch-v0", total_steps=2_000, run_name="run")
     trainer = Trainer(config, progress=False, handle_signals=False)
     start = time.time()
@@ -136,7 +115,7 @@ def test_worker_exception_stops_the_run_naming_the_env(tmp_path):
                 and p.status() != psutil.STATUS_ZOMBIE]
 
 
-class HangingCatch(CrashingCatch):
+class HangingCatch(RaisingCatch):
     """Catch whose env seeded 8 stops answering on its 50th step."""
 
     def step(self, action):

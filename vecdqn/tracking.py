@@ -17,13 +17,14 @@ import it; `require_wandb` says what to install.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import secrets
 import string
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from vecdqn.extras import require
 
 __all__ = ["RUN_ID_FILE", "WANDB_MISSING", "Tracking", "require_wandb", "start"]
 
@@ -36,12 +37,7 @@ RUN_ID_FILE = "wandb_run_id"
 def require_wandb() -> None:
     """Raise ``ImportError(WANDB_MISSING)`` when wandb cannot be imported (checked without
     importing it: the check runs before any env worker starts)."""
-    try:
-        found = importlib.util.find_spec("wandb") is not None
-    except (ImportError, ValueError):  # a None entry in sys.modules (tests simulate that)
-        found = False
-    if not found:
-        raise ImportError(WANDB_MISSING)
+    require("wandb", WANDB_MISSING)
 
 
 def run_id(run_dir: str | os.PathLike[str]) -> str | None:

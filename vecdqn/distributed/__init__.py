@@ -15,8 +15,9 @@ import it; `require_ray` says what to install.
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
+
+from vecdqn.extras import require
 
 __all__ = ["RAY_MISSING", "DistributedTrainer", "require_ray"]
 
@@ -26,12 +27,7 @@ RAY_MISSING = 'the ray package is not installed; --actors needs it: pip install 
 def require_ray() -> None:
     """Raise ``ImportError(RAY_MISSING)`` when Ray cannot be imported (checked without starting
     anything)."""
-    try:
-        found = importlib.util.find_spec("ray") is not None
-    except (ImportError, ValueError):  # a None entry in sys.modules (tests simulate that)
-        found = False
-    if not found:
-        raise ImportError(RAY_MISSING)
+    require("ray", RAY_MISSING)
 
 
 def __getattr__(name: str) -> Any:

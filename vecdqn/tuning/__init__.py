@@ -11,7 +11,7 @@ import it; `require_optuna` says what to install.
 
 from __future__ import annotations
 
-import importlib.util
+from vecdqn.extras import require
 
 __all__ = ["OPTUNA_MISSING", "StudyError", "require_optuna"]
 
@@ -25,9 +25,4 @@ class StudyError(ValueError):
 def require_optuna() -> None:
     """Raise ``ImportError(OPTUNA_MISSING)`` when Optuna cannot be imported (checked without
     importing it)."""
-    try:
-        found = importlib.util.find_spec("optuna") is not None
-    except (ImportError, ValueError):  # a None entry in sys.modules (tests simulate that)
-        found = False
-    if not found:
-        raise ImportError(OPTUNA_MISSING)
+    require("optuna", OPTUNA_MISSING)
