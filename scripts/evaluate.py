@@ -28,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gymnasium as gym  # noqa: E402
 
-from vecdqn.agent import select_device  # noqa: E402
 from vecdqn.checkpoint import CheckpointError, Policy, load_policy  # noqa: E402
 from vecdqn.cli import OneLineErrorParser, UsageError, exit_code  # noqa: E402
 from vecdqn.evaluation import EvalResult, evaluate  # noqa: E402
 from vecdqn.scores import HUMAN_RANDOM_SCORES  # noqa: E402
+from vecdqn.staging import select_device  # noqa: E402
 
 PROG = "evaluate.py"
 

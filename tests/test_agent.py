@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from vecdqn.agent import DQNAgent, double_dqn_target, select_device, td_loss
+from vecdqn.agent import DQNAgent, double_dqn_target, td_loss
 from vecdqn.model import QNetwork
+from vecdqn.replay import PrioritizedReplayBuffer
+from vecdqn.staging import DeviceBatch, stage
 
 
 def test_double_dqn_target_hand_computed():
@@ -89,10 +91,11 @@ def test_update_fits_a_fixed_batch_and_target_sync():
         discounts=np.zeros(8, np.float32),  # terminal: targets are the rewards, a fixed regression
         weights=np.ones(8, np.float32),
     )
-    first, td = agent.update(batch)
+    staged = stage(batch, agent.device)
+    first, td = agent.update(staged)
     assert td.shape == (8,) and td.dtype == np.float32
     for _ in range(50):
-        last, td = agent.update(batch)
+        last, td = agent.update(staged)
     assert last["td_loss"] < 0.1 * first["td_loss"]
     assert np.abs(td).max() < 0.5
 
@@ -102,10 +105,27 @@ def test_update_fits_a_fixed_batch_and_target_sync():
     torch.testing.assert_close(agent.online(obs), agent.target(obs))
 
 
-def test_select_device():
-    assert select_device("cpu").type == "cpu"
-    expected = "cuda" if torch.cuda.is_available() else "cpu"
-    assert select_device("auto").type == expected
-    if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="CUDA is not available"):
-            select_device("cuda")
+def test_update_takes_only_a_device_batch():
+    """One type crosses into the learner: a replay sample (NumPy) is refused, naming what to do."""
+    agent = _agent()
+    buffer = PrioritizedReplayBuffer(64, (4, 84, 84), seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        obs = rng.integers(0, 256, (2, 4, 84, 84), dtype=np.uint8)
+        buffer.add(obs, np.zeros(2, np.int64), np.ones(2), obs, np.zeros(2, bool))
+    sample = buffer.sample(8, 0.4)
+    for call in (agent.update, agent.update_async):
+        with pytest.raises(TypeError, match=r"takes a vecdqn\.staging\.DeviceBatch, not a ReplaySample; convert host "
+                                            r"arrays with vecdqn\.staging\.stage\(batch, agent\.device\)"):
+            call(sample)
+    metrics, td = agent.update(stage(sample, agent.device))  # the one conversion
+    assert np.isfinite(metrics["td_loss"]) and td.shape == (8,)
+
+
+def test_update_refuses_a_batch_on_another_device():
+    agent = _agent()
+    batch = DeviceBatch(*(torch.empty(shape, dtype=dtype, device="meta") for shape, dtype in [
+        ((8, 4, 84, 84), torch.uint8), ((8, 4, 84, 84), torch.uint8), ((8,), torch.int64),
+        ((8,), torch.float32), ((8,), torch.float32), ((8,), torch.float32)]))
+    with pytest.raises(ValueError, match="the batch is on meta but the learner on cpu"):
+        agent.update(batch)

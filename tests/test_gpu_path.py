@@ -18,7 +18,7 @@ from vecdqn.cli import main
 from vecdqn.device_replay import DeviceFrames
 from vecdqn.pipeline import LearnerPipeline
 from vecdqn.replay import PrioritizedReplayBuffer
-from vecdqn.staging import check_amp
+from vecdqn.staging import DeviceBatch, check_amp, on_device, stage
 from vecdqn.trainer import Trainer
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
@@ -81,7 +81,7 @@ def test_device_gather_returns_the_host_batch(device):
     frames = DeviceFrames(mirrored, device)
     for _ in range(3):
         sample = host.sample(16, 0.5)
-        batch = frames.batch(frames.stage(mirrored.sample_slots(16, 0.5)), torch.device(device))
+        batch = frames.batch(mirrored.sample_slots(16, 0.5), torch.device(device))
         assert batch.obs.device.type == device and batch.obs.dtype == torch.uint8
         np.testing.assert_array_equal(batch.obs.cpu().numpy(), sample.obs)
         np.testing.assert_array_equal(batch.next_obs.cpu().numpy(), sample.next_obs)
@@ -144,7 +144,7 @@ def test_prefetch_draws_from_priorities_one_update_late():
         if late is not None:
             buffer.update_priorities(*late)
         batches.append(buffer.sample(8, 0.5))
-        _, td_errors = agent.update(batches[k])
+        _, td_errors = agent.update(stage(batches[k], agent.device))
         late = (batches[k].indices, td_errors)
         drawn.append(batches[k].indices)
     np.testing.assert_array_equal(prefetched[:6], np.stack(drawn))
@@ -167,19 +167,54 @@ def test_device_frames_pipeline_is_the_host_pipeline(device):
         torch.testing.assert_close(got, want, **(tolerance or {"rtol": 0, "atol": 0}))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("prefetch", [False, True], ids=["sync", "prefetch"])
+@pytest.mark.parametrize("gather", [False, True], ids=["host-replay", "device-frames"])
+def test_every_batch_source_yields_a_device_batch_on_the_agents_device(device, prefetch, gather):
+    """The replay pipeline, the device-frames path and the prefetch path all hand the agent one
+    type, already on its device (the agent refuses anything else)."""
+    buffer = fill(make_buffer(), n_steps=60)
+    agent = make_agent(device)
+    frames = DeviceFrames(buffer, device) if gather else None
+    pipeline = LearnerPipeline(buffer, agent, 8, prefetch=prefetch, frames=frames)
+    seen = []
+    update_async = agent.update_async
+
+    def spy(batch):
+        seen.append(batch)
+        return update_async(batch)
+
+    agent.update_async = spy
+    indices, drawn = pipeline.draw(0.5)
+    more = pixel_steps(3, 3, seed=5)
+    for k in range(6):
+        pipeline.update(0.5)
+        if k % 2:
+            pipeline.store(*next(more))
+    pipeline.flush()
+    pipeline.close()
+    assert len(seen) == 6 and indices.shape == (8,)
+    for batch in [drawn, *seen]:
+        assert type(batch) is DeviceBatch
+        assert all(on_device(t, agent.device) for t in batch), [t.device for t in batch]
+        assert batch.obs.shape == (8, *SHAPE) and batch.obs.dtype == torch.uint8
+
+
 # -- the update ------------------------------------------------------------------------------------
-def random_batch(rng, b=8):
+def random_batch(rng, b=8, device="cpu"):
+    """A random `DeviceBatch` of ``b`` transitions on ``device``."""
     from types import SimpleNamespace
 
-    return SimpleNamespace(obs=rng.integers(0, 256, (b, *SHAPE), dtype=np.uint8),
+    host = SimpleNamespace(obs=rng.integers(0, 256, (b, *SHAPE), dtype=np.uint8),
                            next_obs=rng.integers(0, 256, (b, *SHAPE), dtype=np.uint8),
                            actions=rng.integers(0, 3, b), rewards=rng.normal(size=b).astype(np.float32),
                            discounts=np.full(b, 0.9, np.float32), weights=rng.random(b).astype(np.float32))
+    return stage(host, torch.device(device))
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_fused_forward_is_the_separate_forwards(device):
-    batch = random_batch(np.random.default_rng(0))
+    batch = random_batch(np.random.default_rng(0), device=device)
     fused, separate = make_agent(device, fuse_forward=True), make_agent(device, fuse_forward=False)
     for _ in range(3):
         (m1, td1), (m2, td2) = fused.update(batch), separate.update(batch)
@@ -189,7 +224,7 @@ def test_fused_forward_is_the_separate_forwards(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_bf16_autocast_keeps_fp32_weights_and_loss(device):
-    batch = random_batch(np.random.default_rng(1))
+    batch = random_batch(np.random.default_rng(1), device=device)
     agent, reference = make_agent(device, amp="bf16"), make_agent(device)
     (metrics, td), (ref_metrics, ref_td) = agent.update(batch), reference.update(batch)
     assert td.dtype == np.float32 and all(p.dtype == torch.float32 for p in agent.online.parameters())
@@ -200,7 +235,7 @@ def test_bf16_autocast_keeps_fp32_weights_and_loss(device):
 def test_amp_refused_where_the_device_cannot():
     with pytest.raises(ValueError, match=r"^--amp bf16 is not offered on --device meta; use --amp off"):
         check_amp(torch.device("meta"), "bf16")
-    with pytest.raises(ValueError, match="unknown"):
+    with pytest.raises(ValueError, match=r"^--amp 'fp8' is not one of off, bf16$"):
         check_amp(torch.device("cpu"), "fp8")
     assert check_amp(torch.device("cpu"), "off") is None
 
@@ -209,7 +244,7 @@ def test_amp_refused_where_the_device_cannot():
 @pytest.mark.parametrize("amp", ["off", "bf16"])
 def test_cuda_graph_update_matches_eager(amp):
     """``--compile`` on CUDA (forward and backward as CUDA graphs) computes the eager update."""
-    batch = random_batch(np.random.default_rng(2), b=32)
+    batch = random_batch(np.random.default_rng(2), b=32, device="cuda")
     graphed, eager = make_agent("cuda", compile=True, amp=amp), make_agent("cuda", amp=amp)
     assert graphed.cuda_graphs
     for _ in range(4):

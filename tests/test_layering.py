@@ -1,6 +1,8 @@
 """The data flow is one-directional: each module imports only what it may."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,7 +38,9 @@ FORBIDDEN = {
     "checkpoint": {"gymnasium", "ale_py", "vecdqn.trainer", "vecdqn.agent", "vecdqn.replay", "vecdqn.evaluation"},
     "catch": {"torch", "vecdqn.agent", "vecdqn.model", "vecdqn.replay", "vecdqn.trainer"},
     "safe_pickle": {"torch", "gymnasium", "ale_py", "cv2", "vecdqn"},
-    "preflight": {"vecdqn.trainer", "vecdqn.cli", "vecdqn.metrics", "vecdqn.evaluation", "vecdqn.vector"},
+    # the device is picked by vecdqn.staging: no learner needed for it
+    "preflight": {"vecdqn.trainer", "vecdqn.cli", "vecdqn.metrics", "vecdqn.evaluation", "vecdqn.vector",
+                  "vecdqn.agent"},
     "trainer": {"vecdqn.cli", "vecdqn.benchmarks", "vecdqn.distributed", "ray"},
     "core": {"vecdqn.trainer", "vecdqn.cli", "vecdqn.benchmarks", "vecdqn.distributed", "ray"},
     "curves": {"torch", "matplotlib", "gymnasium", "vecdqn.trainer", "vecdqn.agent"},
@@ -54,6 +58,21 @@ FORBIDDEN = {
        | ({"optuna"} if path.stem != "study" else set())
        for path in (PACKAGE / "tuning").glob("*.py")},
 }
+
+
+def test_picking_a_device_does_not_load_the_learner():
+    """Preflight, scripts/evaluate.py and the benchmarks' device choice import `vecdqn.staging`,
+    not `vecdqn.agent`."""
+    code = ("import importlib.util, sys\n"
+            "import vecdqn.preflight, vecdqn.benchmarks.learner\n"
+            "spec = importlib.util.spec_from_file_location('evaluate', 'scripts/evaluate.py')\n"
+            "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+            "vecdqn.benchmarks.learner.torch_threads(type('Args', (), {'torch_threads': 0, 'num_envs': 2, "
+            "'device': 'cpu'})())\n"
+            "print(sorted(m for m in ('vecdqn.agent', 'vecdqn.staging') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[-2] == "['vecdqn.staging']"
 
 
 def _imports(path: Path) -> set[str]:

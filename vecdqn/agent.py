@@ -23,7 +23,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from vecdqn.model import QNetwork
-from vecdqn.staging import FIELD_DTYPES, DeviceBatch, PendingUpdate, check_amp
+from vecdqn.staging import DeviceBatch, PendingUpdate, check_amp, on_device, select_device, to_device
+
+# select_device lives in `vecdqn.staging`; importable from here too, for callers of old.
+__all__ = ["DQNAgent", "double_dqn_target", "select_device", "td_loss"]
 
 
 def double_dqn_target(
@@ -78,28 +81,6 @@ def td_loss(
     td_errors = targets - q_taken
     per_sample = F.huber_loss(q_taken, targets, reduction="none", delta=1.0)
     return (weights * per_sample).mean(), td_errors.detach()
-
-
-def select_device(name: str = "auto", option: str = "--device") -> torch.device:
-    """``cuda`` when available for ``"auto"``, else ``cpu``; any other name is used as given.
-    ``option`` is the flag errors name.
-
-    Raises:
-        ValueError: if a CUDA device is named but CUDA is not available.
-    """
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"{option} {name!r} is not a device name; use auto, cpu, cuda or cuda:N") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"{option} {name} was asked for but CUDA is not available; use {option} cpu or auto")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ValueError(f"{option} {name}: there are only {torch.cuda.device_count()} CUDA devices")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"{option} {name} was asked for but MPS is not available; use {option} cpu or auto")
-    return device
 
 
 def _adam(params, **kwargs: Any) -> torch.optim.Adam:
@@ -176,16 +157,6 @@ class DQNAgent:
                             else self.loss_terms)
         self._static: DeviceBatch | None = None  # the compiled graphs' input buffers
         self.rng = np.random.default_rng(seed)
-        self._pin = device.type == "cuda"
-
-    # -- data movement -------------------------------------------------------------------------
-    def to_device(self, array: np.ndarray) -> torch.Tensor:
-        """A NumPy array as a tensor on the learner's device, dtype unchanged (``uint8`` frames
-        stay ``uint8`` until the network scales them). Pinned and asynchronous on CUDA."""
-        tensor = torch.from_numpy(np.ascontiguousarray(array))
-        if self._pin:
-            return tensor.pin_memory().to(self.device, non_blocking=True)
-        return tensor.to(self.device)
 
     # -- acting ----------------------------------------------------------------------------------
     def act(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
@@ -203,31 +174,26 @@ class DQNAgent:
         actions = self.rng.integers(self.n_actions, size=n)
         if not explore.all():
             with torch.no_grad():
-                q = self.online_q(self.online.scale(self.to_device(obs)))
+                q = self.online_q(self.online.scale(to_device(obs, self.device)))
                 greedy = q.argmax(dim=1).cpu().numpy()
             actions = np.where(explore, actions, greedy)
         return actions.astype(np.int64)
 
     # -- learning --------------------------------------------------------------------------------
-    def stage(self, batch: Any) -> DeviceBatch:
-        """A replay batch as a `DeviceBatch` on the learner's device (asynchronous copies on CUDA).
-
-        Args:
-            batch: any object with the `DeviceBatch` fields as NumPy arrays or tensors (a
-                `ReplaySample`, a `DeviceBatch`): ``obs, next_obs (B, S, H, W) uint8``,
-                ``actions (B,) int``, ``rewards, discounts, weights (B,) float``.
-        """
-        values = {}
-        for name, (dtype, np_dtype) in FIELD_DTYPES.items():
-            value = getattr(batch, name)
-            if isinstance(value, torch.Tensor):
-                values[name] = value.to(self.device, dtype, non_blocking=True)
-            else:
-                values[name] = self.to_device(np.asarray(value, dtype=np_dtype))
-        return DeviceBatch(**values)
-
     def _check(self, batch: DeviceBatch) -> None:
-        """The learner's boundary: shapes and dtypes as `DeviceBatch` states them."""
+        """The learner's boundary: one type, on this device, shapes and dtypes as `DeviceBatch`
+        states them.
+
+        Raises:
+            TypeError: ``batch`` is not a `DeviceBatch`.
+            ValueError: it is on another device.
+        """
+        if not isinstance(batch, DeviceBatch):
+            raise TypeError(f"DQNAgent.update takes a vecdqn.staging.DeviceBatch, not a {type(batch).__name__}; "
+                            f"convert host arrays with vecdqn.staging.stage(batch, agent.device)")
+        if not on_device(batch.obs, self.device):
+            raise ValueError(f"DQNAgent.update: the batch is on {batch.obs.device} but the learner on {self.device}; "
+                             "build it there (vecdqn.staging.stage(batch, agent.device) from host arrays)")
         obs, b = batch.obs, batch.obs.shape[0]
         assert obs.shape[1:] == self.obs_shape and obs.dtype == torch.uint8, (obs.shape, obs.dtype)
         assert batch.next_obs.shape == obs.shape and batch.next_obs.dtype == torch.uint8, batch.next_obs.shape
@@ -261,19 +227,21 @@ class DQNAgent:
         loss, td_errors = td_loss(q_taken, targets, weights)
         return loss, td_errors, q_taken.detach().mean()
 
-    def update_async(self, batch: Any) -> PendingUpdate:
-        """One gradient step on a replay batch (see `stage`), without waiting for its results:
-        on CUDA this returns once the work is queued.
+    def update_async(self, batch: DeviceBatch) -> PendingUpdate:
+        """One gradient step on a `DeviceBatch` on this device (see `update`), without waiting
+        for its results: on CUDA this returns once the work is queued.
 
         Returns:
             a `PendingUpdate`; its ``result()`` is ``(metrics, td_errors)``, as `update` returns.
+
+        Raises:
+            TypeError, ValueError: as `update`.
         """
-        staged = batch if isinstance(batch, DeviceBatch) else self.stage(batch)
-        self._check(staged)
+        self._check(batch)
         if self.cuda_graphs:
-            staged = self._into_static(staged)
+            batch = self._into_static(batch)
             torch.compiler.cudagraph_mark_step_begin()  # the graphs' earlier outputs may be reused
-        loss, td_errors, q_mean = self._loss_terms(*staged)
+        loss, td_errors, q_mean = self._loss_terms(*batch)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.max_grad_norm > 0:
@@ -284,18 +252,22 @@ class DQNAgent:
         # One transfer for everything the host needs: TD errors, loss, mean Q, gradient norm.
         return PendingUpdate(torch.cat([td_errors, torch.stack([loss.detach(), q_mean, grad_norm.detach().float()])]))
 
-    def update(self, batch: Any) -> tuple[dict[str, float], np.ndarray]:
+    def update(self, batch: DeviceBatch) -> tuple[dict[str, float], np.ndarray]:
         """One gradient step on a replay batch, waiting for its results.
 
         Args:
-            batch: a replay sample with NumPy fields ``obs (B, S, H, W) uint8``,
-                ``actions (B,) int``, ``rewards (B,) float32`` (n-step returns, already clipped
-                if clipping is on), ``next_obs (B, S, H, W) uint8``, ``discounts (B,) float32``
-                and ``weights (B,) float32`` (or a `DeviceBatch`).
+            batch: a `DeviceBatch` on this agent's device: ``obs, next_obs (B, S, H, W) uint8``,
+                ``actions (B,) int64``, ``rewards (B,) float32`` (n-step returns, already clipped
+                if clipping is on), ``discounts (B,) float32`` and ``weights (B,) float32``
+                (`vecdqn.staging.stage` makes one from a replay sample).
 
         Returns:
             ``(metrics, td_errors)``: ``{"td_loss", "q_values", "grad_norm"}`` as floats and the
             ``(B,) float32`` TD errors on the host (for the priorities). One device→host copy.
+
+        Raises:
+            TypeError: ``batch`` is not a `DeviceBatch`.
+            ValueError: it is on another device.
         """
         return self.update_async(batch).result()
 

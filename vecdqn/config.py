@@ -1,7 +1,8 @@
 """One place for every knob of a training run.
 
 `Config` is a dataclass: each field has a default, a unit and a one-line help text (its
-``metadata["help"]``), and `Config.validate` checks every value. The command line of
+``metadata["help"]``), and `Config.validate` checks every value but the device names and
+``--amp``, which need torch (`vecdqn.staging` checks those). The command line of
 ``scripts/train.py`` is generated from these fields by `vecdqn.cli`, so there is no second list of
 options to keep in sync; this module holds the settings, their units and their checks only.
 
@@ -224,7 +225,8 @@ class Config:
                               "tuning study (empty: none)")
 
     def validate(self) -> None:
-        """Check every value that can be checked without starting an env.
+        """Check every value that can be checked without starting an env or torch (the device
+        names and ``--amp`` are checked once, by `vecdqn.staging`, in `vecdqn.preflight`).
 
         Raises:
             ValueError: naming the bad option, its value and what is allowed.
@@ -326,15 +328,6 @@ class Config:
                 f"--run-name {self.run_name!r} must be a plain folder name (no '/', not '.' or '..'); the run is "
                 f"written to --log-dir/<run-name>"
             )
-        if self.device != "auto" and not (self.device == "cpu" or self.device.startswith("cuda")
-                                          or self.device == "mps"):
-            raise ValueError(f"--device {self.device!r} is not one of auto, cpu, cuda, cuda:N, mps")
-        if self.amp not in ("off", "bf16"):
-            raise ValueError(f"--amp {self.amp!r} is not one of off, bf16")
-        if self.replay_device and not (self.replay_device in ("auto", "cpu", "mps")
-                                       or self.replay_device.startswith("cuda")):
-            raise ValueError(f"--replay-device {self.replay_device!r} is not one of auto, cpu, cuda, cuda:N, mps "
-                             "(or empty for none)")
         if self.preset and self.preset not in PRESETS:
             raise ValueError(f"--preset {self.preset!r} is unknown; choose one of {sorted(PRESETS)}")
 

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from vecdqn import checkpoint
-from vecdqn.agent import DQNAgent, select_device
+from vecdqn.agent import DQNAgent
 from vecdqn.config import Config
 from vecdqn.device_replay import DeviceFrames
 from vecdqn.evaluation import evaluate
@@ -48,6 +48,7 @@ from vecdqn.pipeline import LearnerPipeline
 from vecdqn.preflight import preflight
 from vecdqn.replay import PrioritizedReplayBuffer
 from vecdqn.schedules import Schedules
+from vecdqn.staging import select_device
 from vecdqn.train_state import TrainState, target_syncs_due, updates_due
 from vecdqn.vector import WorkerError
 from vecdqn.video import video_for_tensorboard

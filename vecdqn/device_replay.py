@@ -18,13 +18,11 @@ is tested without a GPU.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
 from vecdqn.replay import PrioritizedReplayBuffer, ReplaySlots
-from vecdqn.staging import FIELD_DTYPES, DeviceBatch, pinned
+from vecdqn.staging import FIELD_DTYPES, DeviceBatch, to_device
 
 __all__ = ["DeviceFrames", "check_replay_device"]
 
@@ -77,28 +75,20 @@ class DeviceFrames:
         before = self._written if self._written is not None else np.zeros_like(now)
         slots = self.buffer.frame_slots_since(before)
         if slots.size:
-            index = torch.from_numpy(slots).to(self.device)
-            self.frames.index_copy_(0, index, torch.from_numpy(self.buffer.frames[slots]).to(self.device))
+            index = to_device(slots, self.device)
+            self.frames.index_copy_(0, index, to_device(self.buffer.frames[slots], self.device))
         self._written = now
         return int(slots.size)
 
-    def stage(self, sample: ReplaySlots) -> dict[str, Any]:
-        """The host half of `batch` (any thread): the slots and the per-transition fields as CPU
-        tensors, pinned when the device is CUDA. Returns the fields `batch` takes."""
-        slots = np.concatenate([sample.obs_slots, sample.next_obs_slots]).reshape(-1)
-        pin = self.device.type == "cuda"
-        staged = {"slots": pinned(slots, np.int64) if pin else torch.from_numpy(slots),
-                  "batch_size": sample.obs_slots.shape[0]}
-        for name, (_, np_dtype) in list(FIELD_DTYPES.items())[2:]:
-            array = np.asarray(getattr(sample, name), dtype=np_dtype)
-            staged[name] = pinned(array, np_dtype) if pin else torch.from_numpy(array)
-        return staged
-
-    def batch(self, staged: dict[str, Any], device: torch.device) -> DeviceBatch:
-        """A `DeviceBatch` on the learner's ``device`` from `stage`'s fields: one gather of
-        ``(2B·S,)`` slots here, ``(2B, S, H, W) uint8``, split into obs and next_obs."""
-        b = staged["batch_size"]
-        slots = staged["slots"].to(self.device, non_blocking=True)
-        frames = self.frames.index_select(0, slots).view(2 * b, -1, *self.frames.shape[1:]).to(device)
-        rest = {name: staged[name].to(device, non_blocking=True) for name in list(FIELD_DTYPES)[2:]}
+    def batch(self, sample: ReplaySlots, device: torch.device) -> DeviceBatch:
+        """The `DeviceBatch` of ``sample`` on the learner's ``device`` (any thread; on CUDA the
+        work is queued, not waited for): its ``(2B·S,)`` slots copied here (`staging.to_device`)
+        and gathered in one ``index_select``, ``(2B, S, H, W) uint8`` split into obs and
+        next_obs; the per-transition fields staged onto ``device``."""
+        b = sample.obs_slots.shape[0]
+        slots = to_device(np.concatenate([sample.obs_slots, sample.next_obs_slots]).reshape(-1), self.device, np.int64)
+        frames = self.frames.index_select(0, slots).view(2 * b, -1, *self.frames.shape[1:])
+        frames = frames.to(device)  # no copy when the learner is on this device
+        rest = {name: to_device(getattr(sample, name), device, np_dtype)
+                for name, (_, np_dtype) in list(FIELD_DTYPES.items())[2:]}
         return DeviceBatch(obs=frames[:b], next_obs=frames[b:], **rest)

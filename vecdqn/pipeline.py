@@ -6,11 +6,12 @@ Shape legend: ``B`` batch, ``S`` stacked frames, ``H×W`` frame.
 errors and writes its priorities before the next samples. A run is then a function of its seed
 alone, and a resume from a checkpoint continues it bit for bit on the CPU.
 
-**Prefetch** (``prefetch=True``): a background thread samples batch ``k+1`` (and copies it into
-pinned memory on CUDA) while update ``k`` runs; update ``k``'s TD errors are read when update
-``k+1`` is started, and its priorities are written then. So a batch is drawn from priorities
-one update late, as in Ape-X's learner, whose priorities arrive later still (Horgan et al. 2018,
-"Distributed Prioritized Experience Replay", ICLR)::
+**Prefetch** (``prefetch=True``): a background thread samples batch ``k+1`` and puts it on the
+device (on CUDA: queues its copy, through pinned memory, behind update ``k``) while update ``k``
+runs; update ``k``'s TD errors are read when update ``k+1`` is started, and its priorities are
+written then. So a batch is drawn from priorities one update late, as in Ape-X's learner, whose
+priorities arrive later still (Horgan et al. 2018, "Distributed Prioritized Experience Replay",
+ICLR)::
 
     main thread:   update k ────────────────┬─ write prio k-1 ─ update k+1 ───────── ...
     sample thread:   └─ sample k+1, stage ──┘                    └─ sample k+2 ─ ...
@@ -21,6 +22,12 @@ deterministic as a synchronous one; it is a different run, not a racy one. On CU
 is queued before priorities ``k-1`` are written, so the device never waits for the host; on the
 CPU the update occupies the main thread, so the draw is started first. With uniform replay
 (``per=False``) priorities do not steer sampling and both modes draw the same batches.
+
+Every batch reaches the agent the same way: `draw` returns it as a `DeviceBatch` on the learner's
+device, from either source (`PrioritizedReplayBuffer.sample` through `staging.stage`, or a
+`DeviceFrames` gather), in either mode. A draw is over before the next ``add`` (`store` waits for
+it), so a gather from `DeviceFrames` reads its frames before they are overwritten (on CUDA: it is
+queued on the same stream before the copy that overwrites them).
 
 The batch prefetched at the end of one vector step's updates is drawn before that step's
 transitions are stored: like the overlapped trainer's updates (see `vecdqn.trainer`), it is one
@@ -37,11 +44,11 @@ import numpy as np
 from vecdqn.agent import DQNAgent
 from vecdqn.device_replay import DeviceFrames
 from vecdqn.replay import PrioritizedReplayBuffer
-from vecdqn.staging import FIELD_DTYPES, DeviceBatch, PendingUpdate, pinned
+from vecdqn.staging import DeviceBatch, PendingUpdate, stage
 
 __all__ = ["LearnerPipeline"]
 
-Draw = tuple[np.ndarray, Any]  # (indices (B,) int64, the batch staged on the host)
+Draw = tuple[np.ndarray, DeviceBatch]  # (indices (B,) int64, the batch on the learner's device)
 
 
 class LearnerPipeline:
@@ -61,31 +68,21 @@ class LearnerPipeline:
                  prefetch: bool = False, frames: DeviceFrames | None = None):
         self.buffer, self.agent, self.batch_size, self.per = buffer, agent, batch_size, per
         self.prefetch, self.frames = prefetch, frames
-        self._pin = agent.device.type == "cuda"
+        self._cuda = agent.device.type == "cuda"
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="vecdqn-sample") if prefetch else None
-        self._next: Future[Draw] | Draw | None = None  # the next batch: being drawn, or drawn
+        self._drawing: Future[Draw] | None = None  # the next batch being drawn
+        self._next: Draw | None = None  # the next batch, drawn
         self._pending: tuple[np.ndarray, PendingUpdate] | None = None  # indices and results of the last update
 
-    # -- host side (the sample thread in prefetch mode) ---------------------------------------------
+    # -- the sample thread's part (in prefetch mode) -------------------------------------------------
     def draw(self, beta: float) -> Draw:
-        """Sample a batch and stage it on the host (pinned tensors on CUDA): what the sample thread
-        does. Returns ``(indices (B,) int64, the staged batch)``."""
+        """Sample a batch and put it on the learner's device (any thread; on CUDA the copies are
+        queued, not waited for). Returns ``(indices (B,) int64, the DeviceBatch)``."""
         if self.frames is not None:
-            sample = self.buffer.sample_slots(self.batch_size, beta)
-            return sample.indices, self.frames.stage(sample)
+            slots = self.buffer.sample_slots(self.batch_size, beta)
+            return slots.indices, self.frames.batch(slots, self.agent.device)
         sample = self.buffer.sample(self.batch_size, beta)
-        if not self._pin:
-            return sample.indices, sample
-        return sample.indices, DeviceBatch(**{name: pinned(getattr(sample, name), np_dtype)
-                                              for name, (_, np_dtype) in FIELD_DTYPES.items()})
-
-    def _to_device(self, staged: Any) -> DeviceBatch:
-        """The staged batch as a `DeviceBatch` on the learner's device (main thread)."""
-        if isinstance(staged, dict):  # slots and fields from `DeviceFrames.stage`
-            return self.frames.batch(staged, self.agent.device)
-        if isinstance(staged, DeviceBatch) and staged.obs.device == self.agent.device:  # gathered by `drain`
-            return staged
-        return self.agent.stage(staged)  # a ReplaySample, or pinned tensors
+        return sample.indices, stage(sample, self.agent.device)
 
     # -- the loop --------------------------------------------------------------------------------
     def update(self, beta: float) -> dict[str, float] | None:
@@ -97,19 +94,18 @@ class LearnerPipeline:
             TD errors; the caller checks the metrics for NaN.
         """
         if not self.prefetch:
-            indices, staged = self.draw(beta)
-            metrics, td_errors = self.agent.update_async(self._to_device(staged)).result()
+            indices, batch = self.draw(beta)
+            metrics, td_errors = self.agent.update(batch)
             self._write(indices, td_errors)
             return metrics
-        indices, staged = self._take(beta)
-        batch = self._to_device(staged)
-        if self._pin:  # queue update k first: the device works while the host writes back
+        indices, batch = self._take(beta)
+        if self._cuda:  # queue update k first: the device works while the host writes back
             pending = self.agent.update_async(batch)
             metrics = self.flush()
-            self._next = self._executor.submit(self.draw, beta)
+            self._drawing = self._executor.submit(self.draw, beta)
         else:  # the update holds this thread: start the next draw before it
             metrics = self.flush()
-            self._next = self._executor.submit(self.draw, beta)
+            self._drawing = self._executor.submit(self.draw, beta)
             pending = self.agent.update_async(batch)
         self._pending = (indices, pending)
         return metrics
@@ -136,11 +132,9 @@ class LearnerPipeline:
         return slots
 
     def drain(self) -> None:
-        """Wait for the draw in progress and keep its batch for the next update; with
-        `DeviceFrames` also gather its frames now, before an ``add`` overwrites any."""
-        if isinstance(self._next, Future):
-            indices, staged = self._next.result()
-            self._next = (indices, self._to_device(staged) if self.frames is not None else staged)
+        """Wait for the draw in progress and keep its batch for the next update."""
+        if self._drawing is not None:
+            self._next, self._drawing = self._drawing.result(), None
 
     def close(self) -> None:
         """Stop the sample thread once the draw in progress is done (its result, or error, is

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import torch
 
-from vecdqn.agent import select_device
 from vecdqn.config import Config
 from vecdqn.device_replay import check_replay_device
 from vecdqn.envs import check_env_options, make_env
 from vecdqn.model import QNetwork
 from vecdqn.replay import PrioritizedReplayBuffer
-from vecdqn.staging import check_amp
+from vecdqn.staging import check_amp, select_device
 from vecdqn.tracking import require_wandb
 
 __all__ = ["ConfigError", "available_memory_bytes", "preflight"]

@@ -1,12 +1,13 @@
-"""What crosses between the host and the learner's device: a batch staged on the device, an
-update's results on their way back, and which mixed precision a device can run.
+"""The learner's device: choosing it, the ``--amp`` modes it can run, moving a batch onto it as
+the one typed batch the learner takes (`DeviceBatch`), and an update's results on their way back.
 
 Shape legend: ``B`` batch, ``S`` stacked frames, ``H×W`` frame.
 
-On CUDA every transfer is asynchronous: host arrays go through pinned (page-locked) memory with
-``non_blocking=True`` copies, and an update's results come back the same way, behind a CUDA
-event that `PendingUpdate.result` waits on. The host then never waits for the device except
-where it reads a result.
+Host arrays reach the device through `to_device` (one array) or `stage` (a whole batch): on CUDA
+through pinned (page-locked) memory with ``non_blocking=True`` copies, and an update's results
+come back the same way, behind a CUDA event that `PendingUpdate.result` waits on. The host then
+never waits for the device except where it reads a result. On the CPU the tensors share the
+arrays' memory (a copy only where the dtype changes).
 """
 
 from __future__ import annotations
@@ -16,10 +17,36 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-__all__ = ["AMP_DTYPES", "FIELD_DTYPES", "DeviceBatch", "PendingUpdate", "amp_dtype", "check_amp", "pinned"]
+__all__ = ["AMP_DTYPES", "DEVICE_NAMES", "FIELD_DTYPES", "DeviceBatch", "PendingUpdate", "amp_dtype", "check_amp",
+           "on_device", "pinned", "select_device", "stage", "to_device"]
 
 # --amp values and the autocast dtype each one means (None: full fp32)
 AMP_DTYPES: dict[str, torch.dtype | None] = {"off": None, "bf16": torch.bfloat16}
+# what --device and --replay-device take
+DEVICE_NAMES = "auto, cpu, cuda, cuda:N, mps"
+
+
+def select_device(name: str = "auto", option: str = "--device") -> torch.device:
+    """The device a name means: ``cuda`` when available for ``"auto"``, else ``cpu``; ``cpu``,
+    ``cuda``, ``cuda:N`` or ``mps`` as given, once checked that this machine has it. The one
+    check of a device name; ``option`` is the flag errors name.
+
+    Raises:
+        ValueError: one line naming the value and what to use instead.
+    """
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    kind, colon, index = name.partition(":")
+    if kind not in ("cpu", "cuda", "mps") or (colon and not (kind == "cuda" and index.isdigit())):
+        raise ValueError(f"{option} {name!r} is not one of {DEVICE_NAMES}")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{option} {name} was asked for but CUDA is not available; use {option} cpu or auto")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"{option} {name}: there are only {torch.cuda.device_count()} CUDA devices")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{option} {name} was asked for but MPS is not available; use {option} cpu or auto")
+    return device
 
 
 class DeviceBatch(NamedTuple):
@@ -48,11 +75,38 @@ FIELD_DTYPES: dict[str, tuple[torch.dtype, type]] = {
 }
 
 
-def pinned(array: Any, dtype: type) -> torch.Tensor:
-    """A host array as a CPU tensor of NumPy ``dtype`` in pinned memory (a copy): the source of
-    an asynchronous host→device copy. Safe from any thread; the caching host allocator does not
-    hand the block out again before the copies that read it are done."""
+def pinned(array: Any, dtype: type | None = None) -> torch.Tensor:
+    """A host array as a CPU tensor of NumPy ``dtype`` (None: its own) in pinned memory (a copy):
+    the source of an asynchronous host→device copy. Safe from any thread; the caching host
+    allocator does not hand the block out again before the copies that read it are done."""
     return torch.from_numpy(np.ascontiguousarray(array, dtype=dtype)).pin_memory()
+
+
+def to_device(array: Any, device: torch.device, dtype: type | None = None) -> torch.Tensor:
+    """A host array as a tensor on ``device``, NumPy ``dtype`` (None: its own; ``uint8`` frames
+    stay ``uint8`` until the network scales them). Pinned and asynchronous on CUDA; on the CPU
+    the tensor shares the array's memory when it is contiguous and of that dtype already."""
+    if device.type == "cuda":
+        return pinned(array, dtype).to(device, non_blocking=True)
+    return torch.from_numpy(np.ascontiguousarray(array, dtype=dtype)).to(device)
+
+
+def stage(batch: Any, device: torch.device) -> DeviceBatch:
+    """A host batch as the `DeviceBatch` on ``device`` that `DQNAgent.update` takes: the one
+    conversion into that type from NumPy (any thread; on CUDA the copies are queued, not waited for).
+
+    Args:
+        batch: an object with the `DeviceBatch` fields as NumPy arrays (a `ReplaySample`):
+            ``obs, next_obs (B, S, H, W) uint8``, ``actions (B,) int``, ``rewards, discounts,
+            weights (B,) float``; each is converted to its `FIELD_DTYPES` dtype.
+    """
+    return DeviceBatch(**{name: to_device(getattr(batch, name), device, np_dtype)
+                          for name, (_, np_dtype) in FIELD_DTYPES.items()})
+
+
+def on_device(tensor: torch.Tensor, device: torch.device) -> bool:
+    """Whether ``tensor`` lives on ``device`` (``cuda`` without an index: any CUDA device)."""
+    return tensor.device.type == device.type and device.index in (None, tensor.device.index)
 
 
 class PendingUpdate:
@@ -85,13 +139,13 @@ class PendingUpdate:
 
 
 def amp_dtype(amp: str) -> torch.dtype | None:
-    """The autocast dtype of an ``--amp`` value (None for ``off``).
+    """The autocast dtype of an ``--amp`` value (None for ``off``): the one check of an ``--amp`` name.
 
     Raises:
         ValueError: an unknown value.
     """
     if amp not in AMP_DTYPES:
-        raise ValueError(f"--amp {amp!r} is unknown; use one of {', '.join(AMP_DTYPES)}")
+        raise ValueError(f"--amp {amp!r} is not one of {', '.join(AMP_DTYPES)}")
     return AMP_DTYPES[amp]
 
 

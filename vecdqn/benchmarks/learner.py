@@ -45,8 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def torch_threads(args: argparse.Namespace) -> int:
     """``--torch-threads``, or the trainer's rule for ``--num-envs`` on ``--device`` when it is 0."""
-    from vecdqn.agent import select_device
     from vecdqn.config import default_torch_threads
+    from vecdqn.staging import select_device
 
     return args.torch_threads or default_torch_threads(args.num_envs, device_type=select_device(args.device).type)
 
@@ -73,17 +73,18 @@ def learner_updates_per_second(batch: int, device: str, threads: int, *, dueling
     intra-op threads."""
     import torch
 
-    from vecdqn.agent import DQNAgent, select_device
+    from vecdqn.agent import DQNAgent
+    from vecdqn.staging import select_device, stage
 
     torch.set_num_threads(threads)
     agent = DQNAgent(4, (4, 84, 84), select_device(device), dueling=dueling, double=double, seed=0,
                      compile=compile, amp=amp)
     data = random_batch(batch, np.random.default_rng(0))
     for _ in range(3 if compile else 1):
-        agent.update(data)
+        agent.update(stage(data, agent.device))
     count, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds or count < 3:
-        agent.update(data)
+    while time.perf_counter() - start < seconds or count < 3:  # the host→device copy is timed too
+        agent.update(stage(data, agent.device))
         count += 1
     return count / (time.perf_counter() - start)
 
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> list[Row]:
     """The section's rows: one per batch size, the median over ``--repeats`` measurements."""
     import torch
 
-    from vecdqn.agent import select_device
+    from vecdqn.staging import select_device
 
     device = str(select_device(args.device))
     threads = torch_threads(args)

@@ -3,7 +3,8 @@ and how much of it prefetching hides.
 
 Candidates, each in ms per update, run interleaved (the `harness` method):
 
-* ``sample_only``: `LearnerPipeline.draw`, sample a batch and stage it on the host;
+* ``sample_only``: `LearnerPipeline.draw`, sample a batch and put it on the device (on CUDA: the
+  copies queued, not waited for);
 * ``update_only``: `DQNAgent.update` on a batch already on the device;
 * ``loop_sync``: `LearnerPipeline.update` without prefetch (sample, update, priorities in turn);
 * ``loop_prefetch``: the same with prefetch (the next sample during the update).
@@ -75,13 +76,14 @@ def _candidates(args: argparse.Namespace, batch: int, device: str, seconds: floa
     from vecdqn.agent import DQNAgent
     from vecdqn.device_replay import DeviceFrames
     from vecdqn.pipeline import LearnerPipeline
+    from vecdqn.staging import stage
 
     buffer = filled_buffer(args.loop_capacity)
     agent = DQNAgent(4, (4, 84, 84), torch.device(device), seed=0, compile=args.compile, amp=args.amp)
     frames = DeviceFrames(buffer, args.replay_device) if args.replay_device else None
     sync = LearnerPipeline(buffer, agent, batch, frames=frames)
     prefetch = LearnerPipeline(buffer, agent, batch, frames=frames, prefetch=True)
-    staged = agent.stage(buffer.sample(batch, 0.5))
+    staged = stage(buffer.sample(batch, 0.5), agent.device)
     for _ in range(3 if args.compile else 0):  # record the graphs outside the timing
         agent.update(staged)
 

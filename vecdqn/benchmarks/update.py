@@ -52,6 +52,7 @@ def update_timer(n_actions: int, screen_size: int, hidden_size: int, batch: int,
     import torch
 
     from vecdqn.agent import DQNAgent
+    from vecdqn.staging import stage
 
     state: dict = {}
 
@@ -62,7 +63,7 @@ def update_timer(n_actions: int, screen_size: int, hidden_size: int, batch: int,
                              seed=0, compile=compile, amp=amp)
             data = random_batch(batch, np.random.default_rng(0), screen_size=screen_size, n_actions=n_actions,
                                 gamma=0.98)
-            state["agent"], state["batch"] = agent, agent.stage(data)
+            state["agent"], state["batch"] = agent, stage(data, agent.device)
             for _ in range(10):  # compile (if asked) and settle the allocator outside the timing
                 agent.update(state["batch"])
         agent, staged = state["agent"], state["batch"]
