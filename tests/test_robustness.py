@@ -37,6 +37,7 @@ def test_resume_with_saved_replay_matches_an_uninterrupted_run(tmp_path):
     resumed = Trainer.from_checkpoint(run_dir, {"total_steps": 600}, progress=False).run()
     assert resumed["steps"] == 600 and resumed["updates"] == straight["updates"]
     assert resumed["episodes"] == straight["episodes"]  # the game count continues across the resume
+    assert resumed["mean_return"] == straight["mean_return"]  # and so does the history of returns
 
     a, b = parameters(Path(straight["run_dir"])), parameters(run_dir)
     assert a.keys() == b.keys()

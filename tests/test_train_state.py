@@ -2,12 +2,17 @@
 
 import math
 
+import numpy as np
 import pytest
+from helpers import catch_config
 from hypothesis import given
 from hypothesis import strategies as st
 
+from vecdqn import checkpoint
 from vecdqn.config import PRESETS, Config
-from vecdqn.trainer import TrainState, target_syncs_due, updates_due
+from vecdqn.metrics import MetricsLogger
+from vecdqn.train_state import GAME_HISTORY
+from vecdqn.trainer import Trainer, TrainState, target_syncs_due, updates_due
 
 
 def simulate_updates(num_envs: int, learn_from: int, train_frequency: int, vector_steps: int) -> list[int]:
@@ -75,3 +80,41 @@ def test_train_state_resumed(with_replay):
         assert (s.learn_from, s.update_offset) == (4_100 + c.learning_starts, 700)
         assert s.next_sync == s.learn_from + c.target_update_frequency
     assert saved.step == 4_100 and saved.learn_from == 1_000  # the saved state is not changed
+
+
+# -- the games: run state in TrainState, not in the logger -------------------------------------------
+def test_record_game_counts_every_game_and_keeps_the_last_hundred():
+    s = TrainState()
+    assert math.isnan(s.mean_return)
+    for k in range(150):
+        s.record_game(k, 9 * k)
+    assert s.episodes == 150 and len(s.episode_history) == GAME_HISTORY == 100
+    assert s.episode_history[0] == (50.0, 450.0) and s.episode_history[-1] == (149.0, 1341.0)
+    assert s.mean_return == pytest.approx(99.5)
+
+
+def test_metrics_logger_holds_no_run_state(tmp_path):
+    """The logger is given what it shows; writing a game changes none of its attributes."""
+    logger = MetricsLogger(str(tmp_path), {}, 1_000, progress=False)
+    before = dict(vars(logger))
+    logger.episode(36, 1.0, 36)
+    logger.progress(40, 1.0, 1)
+    assert {name: value for name, value in vars(logger).items() if name != "_step"} == {
+        name: value for name, value in before.items() if name != "_step"}
+    assert not {"episodes", "returns", "lengths", "mean_return", "episode_history"} & set(dir(logger))
+    logger.close()
+
+
+def test_resume_restores_the_game_count_and_history_from_the_train_state(tmp_path):
+    Trainer(catch_config(tmp_path, total_steps=300, run_name="run"), progress=False).run()
+    state = checkpoint.load_training(tmp_path / "run" / "checkpoints" / "latest.pt")
+    saved = state["train_state"]
+    assert saved["episodes"] > 10 and len(saved["episode_history"]) == min(saved["episodes"], GAME_HISTORY)
+    trainer = Trainer.from_checkpoint(tmp_path / "run", {"total_steps": 600}, progress=False)
+    trainer.core.set_up(tuple(state["obs_shape"]), state["n_actions"])  # what Trainer.run does once envs are up
+    try:
+        assert trainer.state.episodes == saved["episodes"]
+        assert [tuple(game) for game in trainer.state.episode_history] == [tuple(g) for g in saved["episode_history"]]
+        assert trainer.state.mean_return == pytest.approx(np.mean([r for r, _ in saved["episode_history"]]))
+    finally:
+        trainer.core.close()

@@ -245,7 +245,7 @@ class TrainingCore:
                                         frames=frames)
         s = self.state
         self.logger = MetricsLogger(str(self.run_dir), c.to_dict(), c.total_steps, initial_step=s.step,
-                                    progress=self.progress, episode_history=s.episode_history, episodes=s.episodes)
+                                    progress=self.progress)
         if self.resume_state is None:
             return None
         self.logger.write(f"resumed {self.run_dir} at agent step {s.step}")
@@ -308,10 +308,11 @@ class TrainingCore:
         self.state.updates += 1
 
     def games(self, games: Iterable[tuple[int, float, float]]) -> None:
-        """Record whole games ``(agent step, raw return, length)`` (length in frames for ALE games)."""
+        """Record whole games ``(agent step, raw return, length)`` (length in frames for ALE games)
+        in the `TrainState` and write them to TensorBoard."""
         for step, episodic_return, length in games:
+            self.state.record_game(episodic_return, length)
             self.logger.episode(step, episodic_return, length)
-        self.state.episodes = self.logger.episodes
 
     def advance(self, agent_steps: int) -> None:
         """Count ``agent_steps`` more agent steps (after their `learn` and `store`)."""
@@ -388,7 +389,7 @@ class TrainingCore:
             })
             self.logger.flush_losses(s.step)
             self.logger.sps(s.step)
-        self.logger.progress(s.step)
+        self.logger.progress(s.step, s.mean_return, s.episodes)
 
     def _summary(self, latest: Path, final: Path) -> dict[str, Any]:
         now, s = time.perf_counter(), self.state
@@ -397,7 +398,7 @@ class TrainingCore:
                         if learning is not None and s.step > learning[1] else float("nan"))
         return {
             "run_dir": str(self.run_dir), "steps": s.step, "updates": s.updates, "episodes": s.episodes,
-            "mean_return": self.logger.mean_return, "sps": (s.step - step0) / max(now - t0, 1e-9),
+            "mean_return": s.mean_return, "sps": (s.step - step0) / max(now - t0, 1e-9),
             "learning_sps": learning_sps, "checkpoint": str(final), "latest": str(latest),
         }
 
@@ -414,9 +415,6 @@ class TrainingCore:
             checkpoint.CheckpointError: the file could not be written (the previous one is kept).
             WorkerError: ``collector``'s envs cannot be snapshotted.
         """
-        if self.logger is not None:
-            self.state.episode_history = list(zip(self.logger.returns, self.logger.lengths, strict=True))
-            self.state.episodes = self.logger.episodes
         envs = collector.snapshot() if collector is not None else None
         return checkpoint.save_training(
             self.run_dir / "checkpoints" / name,

@@ -1,5 +1,8 @@
 """TensorBoard logging, episode statistics and the progress bar: the one place metrics are written.
 
+The logger only writes: it is given every value it shows. The run's own numbers (the game count,
+the recent returns) live in `vecdqn.train_state.TrainState`, saved by the checkpoint.
+
 Tags: ``charts/episodic_return`` and ``charts/episodic_length`` (whole games, raw
 score, length in emulator frames), ``charts/epsilon``, ``charts/beta``, ``charts/learning_rate``,
 ``charts/SPS`` (agent steps per second), ``losses/td_loss``, ``losses/q_values``,
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import sys
 import time
 from collections.abc import Mapping
@@ -30,6 +34,7 @@ from vecdqn.video import encode_gif
 
 class MetricsLogger:
     """Writes scalars to TensorBoard and shows a tqdm bar (agent steps, steps/s, ETA, return).
+    It keeps no run state: what it shows of the games, it is given.
 
     Args:
         run_dir: the run's folder; event files go directly into it.
@@ -37,10 +42,7 @@ class MetricsLogger:
             ``track`` set, the run is also sent to Weights & Biases (`vecdqn.tracking.start`).
         total_steps: length of the run in agent steps (the bar's total).
         initial_step: agent step the run starts at (non-zero on resume).
-        window: number of recent games the bar's and `mean_return`'s mean is taken over.
         progress: show the progress bar.
-        episode_history: recent (return, length) pairs to restore on resume.
-        episodes: games finished before a resume (the count continues from it).
     """
 
     def __init__(
@@ -50,22 +52,13 @@ class MetricsLogger:
         total_steps: int,
         *,
         initial_step: int = 0,
-        window: int = 100,
         progress: bool = True,
-        episode_history: list[tuple[float, float]] | None = None,
-        episodes: int = 0,
     ):
         # --track: wandb's TensorBoard sync must patch the writer class before the writer exists.
         self.tracking = tracking.start(run_dir, config) if config.get("track") else None
         # On resume, events a killed process wrote after the checkpoint's step are dropped, so
         # every curve has one value per step (the resumed run writes those steps again).
         self.writer = SummaryWriter(run_dir, purge_step=initial_step + 1 if initial_step else None)
-        self.returns: collections.deque[float] = collections.deque(maxlen=window)
-        self.lengths: collections.deque[float] = collections.deque(maxlen=window)
-        for r, length in episode_history or []:
-            self.returns.append(float(r))
-            self.lengths.append(float(length))
-        self.episodes = episodes
         if initial_step == 0:
             self._write_config(config)
         self._loss_sums: dict[str, float] = collections.defaultdict(float)
@@ -103,18 +96,10 @@ class MetricsLogger:
             self.writer.file_writer.add_summary(summary)
 
     def episode(self, step: int, episodic_return: float, length: float) -> None:
-        """Record one finished game at its own agent step: raw return and length in emulator
+        """Write one finished game at its own agent step: raw return and length in emulator
         frames (``charts/episodic_return``, ``charts/episodic_length``)."""
-        self.returns.append(float(episodic_return))
-        self.lengths.append(float(length))
-        self.episodes += 1
         self.writer.add_scalar("charts/episodic_return", episodic_return, step)
         self.writer.add_scalar("charts/episodic_length", length, step)
-
-    @property
-    def mean_return(self) -> float:
-        """Mean raw return of the last ``window`` games (NaN before the first)."""
-        return float(np.mean(self.returns)) if self.returns else float("nan")
 
     def losses(self, metrics: Mapping[str, float]) -> None:
         """Add one update's ``td_loss`` and ``q_values`` to the means `flush_losses` writes."""
@@ -163,12 +148,13 @@ class MetricsLogger:
         self.writer.add_scalar("charts/SPS", rate, step)
         return rate
 
-    def progress(self, step: int) -> None:
-        """Advance the bar to ``step``; its postfix shows the recent mean return."""
+    def progress(self, step: int, mean_return: float = math.nan, games: int = 0) -> None:
+        """Advance the bar to ``step``; once there are ``games`` (whole games so far), its
+        postfix shows them and ``mean_return``, the recent mean raw return."""
         self.bar.update(step - self._step)
         self._step = step
-        if self.returns:
-            self.bar.set_postfix(ret=f"{self.mean_return:.2f}", games=self.episodes, refresh=False)
+        if games:
+            self.bar.set_postfix(ret=f"{mean_return:.2f}", games=games, refresh=False)
 
     def write(self, message: str) -> None:
         """Print a line without breaking the bar."""

@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 
 from vecdqn.config import Config
 
-__all__ = ["TrainState", "target_syncs_due", "updates_due"]
+__all__ = ["GAME_HISTORY", "TrainState", "target_syncs_due", "updates_due"]
+
+# whole games whose (return, length) a run keeps: the window of its mean return
+GAME_HISTORY = 100
 
 
 def updates_due(step: int, num_envs: int, learn_from: int, train_frequency: int, updates_since: int) -> int:
@@ -47,7 +50,8 @@ class TrainState:
     """Every counter of a run, created once and saved whole in the checkpoint.
 
     Units are agent steps summed over envs, except ``updates`` (gradient updates) and
-    ``episodes`` (whole games).
+    ``episodes`` (whole games). ``episode_history`` holds the raw return and the length (emulator
+    frames for ALE games) of the last `GAME_HISTORY` games, oldest first; `record_game` adds one.
     """
 
     step: int = 0
@@ -59,7 +63,7 @@ class TrainState:
     next_eval: float = math.inf
     next_checkpoint: float = math.inf
     episodes: int = 0
-    episode_history: list[tuple[float, float]] = field(default_factory=list)  # last 100 (return, frames)
+    episode_history: list[tuple[float, float]] = field(default_factory=list)  # last 100 (return, length)
 
     @classmethod
     def new(cls, c: Config) -> TrainState:
@@ -67,6 +71,22 @@ class TrainState:
             learn_from=c.learning_starts, next_sync=c.learning_starts + c.target_update_frequency,
             next_log=c.log_every, next_eval=c.eval_every or math.inf, next_checkpoint=c.checkpoint_every or math.inf,
         )
+
+    def record_game(self, episodic_return: float, length: float) -> None:
+        """Count one finished game and keep its raw return and length in ``episode_history``."""
+        self.episodes += 1
+        self.episode_history.append((float(episodic_return), float(length)))
+        del self.episode_history[:-GAME_HISTORY]
+
+    @property
+    def mean_return(self) -> float:
+        """Mean raw return of the games in ``episode_history`` (NaN before the first).
+
+        >>> s = TrainState(); s.record_game(1, 9); s.record_game(-1, 9); s.record_game(1, 9); s.mean_return
+        0.3333333333333333
+        """
+        history = self.episode_history
+        return sum(r for r, _ in history) / len(history) if history else math.nan
 
     def resumed(self, c: Config, *, with_replay: bool) -> TrainState:
         """This state, continued under ``c``: the clocks restart from ``step`` with ``c``'s
