@@ -22,6 +22,8 @@ QUICK = {"learner_batches": [8], "loop_batches": [8], "loop_capacity": 2048}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from vecdqn.staging import AMP_DTYPES
+
     group = parser.add_argument_group("--learner section")
     group.add_argument("--learner", action="store_true", help="benchmark DQNAgent.update")
     group.add_argument("--learner-batches", type=int, nargs="+", default=[32, 256], help="batch sizes (default 32 256)")
@@ -32,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="envs of the --train runs and of the thread rule (default 8)")
     group.add_argument("--compile", action="store_true",
                        help="build the agents with compile=True (CUDA graphs on CUDA; default off)")
-    group.add_argument("--amp", default="off", choices=["off", "bf16"], help="autocast of the agents (default off)")
+    group.add_argument("--amp", default="off", choices=list(AMP_DTYPES), help="autocast of the agents (default off)")
     group.add_argument("--replay-device", default="",
                        help="device of the frames' copy in the loop rows and in an extra --train row (default none)")
     group.add_argument("--learner-seconds", type=float, default=3.0,

@@ -30,13 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--update", action="store_true",
                        help="time one learner update at a preset's network size, per threads x amp x compile")
     from vecdqn.presets import PRESETS
+    from vecdqn.staging import AMP_DTYPES
 
     group.add_argument("--update-preset", default="pong", choices=list(PRESETS),
                        help="preset whose env (for the number of actions), screen size, hidden size and batch "
                             "size give the network and batch (default pong)")
     group.add_argument("--update-threads", type=int, nargs="+", default=[1, 2],
                        help="torch intra-op thread counts (default 1 2)")
-    group.add_argument("--update-amp", nargs="+", choices=["off", "bf16"], default=["off", "bf16"],
+    group.add_argument("--update-amp", nargs="+", choices=list(AMP_DTYPES), default=list(AMP_DTYPES),
                        help="autocast variants (default off bf16)")
     group.add_argument("--update-compile", nargs="+", choices=["off", "on"], default=["off", "on"],
                        help="torch.compile variants (default off on)")
