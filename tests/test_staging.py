@@ -54,7 +54,7 @@ def test_stage_makes_the_one_batch_type_with_its_dtypes():
     rng = np.random.default_rng(0)
     host = SimpleNamespace(obs=rng.integers(0, 256, (4, 4, 8, 8), dtype=np.uint8),
                            next_obs=rng.integers(0, 256, (4, 4, 8, 8), dtype=np.uint8),
-                           actions=np.arange(4, dtype=np.int32), rewards=np.ones(4), discounts=np.full(4, 0.9),
+                           actions=np.arange(4, dtype=np.int32), rewards=np.ones(4), discounts=np.full(4, 0.5),
                            weights=np.ones(4, np.float32), terminated=np.zeros(4, bool))
     batch = stage(host, torch.device("cpu"))
     assert type(batch) is DeviceBatch
