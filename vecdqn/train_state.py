@@ -21,10 +21,11 @@ GAME_HISTORY = 100
 def updates_due(step: int, num_envs: int, learn_from: int, train_frequency: int, updates_since: int) -> int:
     """Gradient updates to run during the vector step that takes the count from ``step`` to
     ``step + num_envs`` agent steps: one per ``train_frequency`` agent steps from ``learn_from``
-    on (the first at ``learn_from`` itself), less the ``updates_since`` already done since then.
+    on (the first in the vector step that starts at ``learn_from``), less the ``updates_since``
+    already done since then.
 
-    >>> updates_due(96, 4, 100, 4, 0), updates_due(100, 4, 100, 4, 1), updates_due(104, 8, 100, 4, 2)
-    (1, 1, 2)
+    >>> updates_due(96, 4, 100, 4, 0), updates_due(100, 4, 100, 4, 0), updates_due(104, 8, 100, 4, 2)
+    (0, 2, 2)
     """
     if step < learn_from:
         return 0
