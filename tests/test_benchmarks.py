@@ -67,6 +67,7 @@ def test_table_and_json(tmp_path):
     (["--replay", "--replay-envs", "x"], "invalid int value"),
     (["--replay", "--json"], "expected one argument"),
     (["--update", "--update-preset", "nope"], "argument --update-preset: invalid choice: 'nope'"),
+    (["--update", "--update-batch-sizes", "32", "0"], "--update-batch-sizes 32 0: each must be >= 1"),
 ])
 def test_command_line_errors_are_one_line(capsys, argv, message):
     cli = load_cli()
@@ -144,3 +145,11 @@ def test_quick_update_section(capsys, tmp_path):
     assert all(row["unit"] == "ms/update" and row["value"] > 0 and row["batch_size"] == 32 for row in rows)
     assert rows[0]["ratio"] == 1.0 and rows[1]["anchor"] == "1 thread, fp32"
     assert "44 px, 128 hidden" in rows[0]["note"]
+
+
+def test_quick_update_section_over_batch_sizes(capsys, tmp_path):
+    rows = run_quick(capsys, tmp_path, "update", "--update-preset", "catch", "--update-batch-sizes", "16", "64")
+    assert [(row["op"], row["batch_size"]) for row in rows] == [("1 thread, fp32, batch 16", 16),
+                                                                ("1 thread, fp32, batch 64", 64)]
+    per_transition = float(rows[1]["note"].split("; ")[1].split()[0])
+    assert per_transition == pytest.approx(rows[1]["value"] / 64, abs=1e-3)

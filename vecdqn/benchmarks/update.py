@@ -41,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="autocast variants (default off bf16)")
     group.add_argument("--update-compile", nargs="+", choices=["off", "on"], default=["off", "on"],
                        help="torch.compile variants (default off on)")
+    group.add_argument("--update-batch-sizes", type=int, nargs="+", default=None, metavar="B",
+                       help="batch sizes to time (default: the preset's); compare a batch of 2B every 2 agent "
+                            "steps with B every step by the ms per update over the batch size")
     group.add_argument("--update-seconds", type=float, default=3.0,
                        help="seconds each variant is timed for in each round (default 3)")
 
@@ -87,21 +90,24 @@ def run(args: argparse.Namespace) -> list[Row]:
     from vecdqn.presets import PRESETS
 
     config = Config(**PRESETS[args.update_preset])
+    batch_sizes = args.update_batch_sizes or [config.batch_size]
     n_actions = check_env_starts(config)
     seconds = args.update_seconds
-    variants = {}
-    for threads, amp, compiled in itertools.product(args.update_threads, args.update_amp, args.update_compile):
+    variants, batch_of = {}, {}
+    for batch, threads, amp, compiled in itertools.product(batch_sizes, args.update_threads, args.update_amp,
+                                                           args.update_compile):
         name = f"{threads} thread{'s' if threads > 1 else ''}, {'bf16' if amp == 'bf16' else 'fp32'}" + (
-            ", compile" if compiled == "on" else "")
-        variants[name] = update_timer(n_actions, config.screen_size, config.hidden_size, config.batch_size,
-                                      threads, amp, compiled == "on", seconds)
+            ", compile" if compiled == "on" else "") + (f", batch {batch}" if len(batch_sizes) > 1 else "")
+        variants[name], batch_of[name] = update_timer(n_actions, config.screen_size, config.hidden_size, batch,
+                                                      threads, amp, compiled == "on", seconds), batch
     print(f"timing DQNAgent.update for --preset {args.update_preset} ({config.screen_size} px, "
-          f"{config.hidden_size} hidden, {n_actions} actions, batch {config.batch_size}): {len(variants)} variants "
-          f"x {args.repeats} rounds ...", flush=True)
+          f"{config.hidden_size} hidden, {n_actions} actions, batch {', '.join(map(str, batch_sizes))}): "
+          f"{len(variants)} variants x {args.repeats} rounds ...", flush=True)
     anchor = next(iter(variants))
     results = interleaved(args.repeats, variants, anchor)
     torch.set_num_threads(max(args.update_threads))
-    return [{"bench": "update", "op": name, "impl": "vecdqn", "batch_size": config.batch_size, "value": value,
+    return [{"bench": "update", "op": name, "impl": "vecdqn", "batch_size": batch_of[name], "value": value,
              "unit": "ms/update", "ratio": ratio, "anchor": anchor,
-             "note": f"--preset {args.update_preset}: {config.screen_size} px, {config.hidden_size} hidden, cpu"}
+             "note": f"--preset {args.update_preset}: {config.screen_size} px, {config.hidden_size} hidden, cpu; "
+                     f"{value / batch_of[name]:.3f} ms per sampled transition"}
             for name, (value, ratio) in results.items()]
