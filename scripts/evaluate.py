@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -29,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import gymnasium as gym  # noqa: E402
 
 from vecdqn.checkpoint import CheckpointError, Policy, load_policy  # noqa: E402
-from vecdqn.cli import OneLineErrorParser, UsageError, exit_code  # noqa: E402
+from vecdqn.cli import OneLineErrorParser, UsageError, check_output_path, exit_code  # noqa: E402
 from vecdqn.evaluation import EvalResult, evaluate  # noqa: E402
 from vecdqn.scores import HUMAN_RANDOM_SCORES  # noqa: E402
 from vecdqn.staging import select_device  # noqa: E402
@@ -124,25 +123,13 @@ def _check_args(args: argparse.Namespace) -> None:
             raise UsageError(
                 f"--video {args.video} must end in .mp4 (the mp4v codec needs an mp4 container)"
             )
-        _check_output("--video", video)
+        check_output_path("--video", video)
     if args.json is not None:
         report = Path(args.json)
-        _check_output("--json", report)
+        check_output_path("--json", report)
         if report.exists() and not _is_json(report):
             raise UsageError(f"--json {report} exists and is not a JSON file; refusing to overwrite it (a "
                              "checkpoint?), choose another path")
-
-
-def _check_output(flag: str, path: Path) -> None:
-    """Refuse an output path that could not be written, before any game is played."""
-    if path.parent.exists() and not path.parent.is_dir():
-        raise UsageError(f"{flag} {path}: {path.parent} is a file, not a folder")
-    if not path.parent.is_dir():
-        raise UsageError(f"{flag} {path}: folder {path.parent} does not exist; create it first")
-    if path.is_dir():
-        raise UsageError(f"{flag} {path} is a folder; give a file name")
-    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise UsageError(f"{flag} {path} is not writable; choose a path you can write")
 
 
 def _is_json(path: Path) -> bool:

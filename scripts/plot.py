@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -30,7 +29,7 @@ from typing import Any
 # Run from a source checkout without installing: make the package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vecdqn.cli import OneLineErrorParser, UsageError, exit_code  # noqa: E402
+from vecdqn.cli import OneLineErrorParser, UsageError, check_output_path, exit_code  # noqa: E402
 from vecdqn.curves import WINDOW, RunCurves, RunError, read_run, report, seed_groups  # noqa: E402
 
 PROG = "plot.py"
@@ -95,14 +94,7 @@ def check_args(args: argparse.Namespace) -> None:
     path = Path(args.output)
     if path.suffix.lower() != ".png":
         raise UsageError(f"-o {path} must end in .png (the figure is written as PNG)")
-    if path.parent.exists() and not path.parent.is_dir():
-        raise UsageError(f"-o {path}: {path.parent} is a file, not a folder")
-    if not path.parent.is_dir():
-        raise UsageError(f"-o {path}: folder {path.parent} does not exist; create it first")
-    if path.is_dir():
-        raise UsageError(f"-o {path} is a folder; give a file name")
-    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise UsageError(f"-o {path} is not writable; choose a path you can write")
+    check_output_path("-o", path)
 
 
 def load_pyplot() -> ModuleType:

@@ -284,3 +284,12 @@ def test_json_never_overwrites_a_file_that_is_not_json(tmp_path, capsys, save_fr
     blocker.write_text("x")
     assert script.main([str(path), "--json", str(blocker / "out.json")]) == 2
     assert "is a file, not a folder" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, a folder that takes no new files")
+def test_video_into_a_folder_that_takes_no_files_is_one_line_naming_it(tmp_path, capsys, save_fresh_checkpoint):
+    """The error names the path given, before any game is played (not a temporary file after)."""
+    path = save_fresh_checkpoint(tmp_path / "c.pt", "BreakoutNoFrameskip-v4", 4)
+    assert _script().main([str(path), "--video", "/proc/x.mp4", "--episodes", "1"]) == 2
+    assert capsys.readouterr().err == ("evaluate.py: error: --video /proc/x.mp4 is not writable: no file can be "
+                                       "created in /proc; choose a path you can write\n")

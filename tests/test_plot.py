@@ -318,8 +318,10 @@ def test_broken_config_is_one_line(tmp_path, capsys):
     assert err.startswith(f"plot.py: error: {run / 'config.json'} is not readable JSON") and err.count("\n") == 1
 
 
-def test_unwritable_output_folder_is_one_line(two_seeds, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(plot.os, "access", lambda path, mode: False)  # as for a user without write permission
-    assert plot.main([str(two_seeds[0]), "-o", str(tmp_path / "curves.png")]) == 2
-    assert capsys.readouterr() == ("", f"plot.py: error: -o {tmp_path / 'curves.png'} is not writable; choose a path "
-                                       "you can write\n")
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, a folder that takes no new files")
+def test_unwritable_output_folder_is_one_line_before_any_run_is_read(two_seeds, capsys):
+    """/proc reports itself writable to root, yet no file can be created in it: refused up front,
+    not after the tables are printed."""
+    assert plot.main([str(two_seeds[0]), "-o", "/proc/curves.png"]) == 2
+    assert capsys.readouterr() == ("", "plot.py: error: -o /proc/curves.png is not writable: no file can be created "
+                                       "in /proc; choose a path you can write\n")

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
+import tempfile
 import textwrap
 from collections.abc import Callable, Iterable
 from dataclasses import fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from vecdqn.config import SCHEDULE_SHORTHANDS, Config, option_flag, replaced_options
@@ -28,7 +31,8 @@ if TYPE_CHECKING:
     from vecdqn.trainer import TrainerBase
 
 __all__ = [
-    "OneLineErrorParser", "UsageError", "build_parser", "check_given_options", "error_line", "exit_code",
+    "OneLineErrorParser", "UsageError", "build_parser", "check_given_options", "check_output_path", "error_line",
+    "exit_code",
     "explicit_options", "main", "parse_args", "parse_config", "preset_values", "presets_help",
 ]
 
@@ -79,6 +83,32 @@ def fail(prog: str, err: BaseException) -> NoReturn:
     """Print `error_line` to stderr and exit with code 2 (for helpers that exit, as argparse's do)."""
     print(error_line(prog, err), file=sys.stderr)
     raise SystemExit(2)
+
+
+def check_output_path(flag: str, path: os.PathLike[str] | str) -> None:
+    """Refuse an output file that could not be written, before any work is done: the folder must
+    exist and take a new file (tried by creating and removing an empty one there, which also
+    catches folders such as ``/proc`` that report themselves writable), and an existing file must
+    be writable.
+
+    Raises:
+        UsageError: one line naming ``flag``, the path and what to do instead.
+    """
+    path = Path(path)
+    if path.parent.exists() and not path.parent.is_dir():
+        raise UsageError(f"{flag} {path}: {path.parent} is a file, not a folder")
+    if not path.parent.is_dir():
+        raise UsageError(f"{flag} {path}: folder {path.parent} does not exist; create it first")
+    if path.is_dir():
+        raise UsageError(f"{flag} {path} is a folder; give a file name")
+    try:
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".write-test-"):
+            pass
+    except OSError:
+        raise UsageError(f"{flag} {path} is not writable: no file can be created in {path.parent}; "
+                         "choose a path you can write") from None
+    if path.exists() and not os.access(path, os.W_OK):
+        raise UsageError(f"{flag} {path} is not writable; choose a path you can write")
 
 
 # -- train.py's options, generated from Config ------------------------------------------------------
