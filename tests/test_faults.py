@@ -172,6 +172,15 @@ def test_a_checkpoint_carrying_a_pickled_callable_is_refused(tmp_path):
     assert not marker.exists()
 
 
+def test_a_file_that_is_no_checkpoint_is_called_that_not_code(tmp_path):
+    """A README passed by mistake is not a checkpoint; it is not "a file that can run code"."""
+    path = tmp_path / "README.md"
+    path.write_text("# vecdqn\n\nA Deep Q-Network trainer.\n")
+    with pytest.raises(CheckpointError, match=r"README\.md is not a PyTorch checkpoint archive") as caught:
+        checkpoint.load(path)
+    assert "run code" not in str(caught.value)
+
+
 def test_a_replay_file_carrying_a_pickled_callable_is_refused(tmp_path):
     marker = tmp_path / "ran"
     (tmp_path / "latest.pt.abc.replay").write_bytes(pickle.dumps({"token": "abc", "buffer": RunsCode(marker)}))

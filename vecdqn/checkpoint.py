@@ -23,6 +23,7 @@ import random
 import shutil
 import tempfile
 import uuid
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,12 +94,16 @@ def load(path: str | os.PathLike[str], *, required: tuple[str, ...] = ("config",
     """Load a checkpoint written by `save_atomic` onto the CPU.
 
     Raises:
-        CheckpointError: naming the file, if it does not exist, cannot be unpickled (corrupt or
-            truncated) or lacks one of the ``required`` keys.
+        CheckpointError: naming the file, if it does not exist, is not a zip archive as
+            ``torch.save`` writes (another kind of file, or a damaged one), cannot be unpickled
+            (corrupt or truncated) or lacks one of the ``required`` keys.
     """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
+    if not zipfile.is_zipfile(path):  # torch.save's format; a text file would read as a hostile pickle
+        raise CheckpointError(f"checkpoint {path} is not a PyTorch checkpoint archive (corrupt or truncated, or "
+                              "another kind of file)")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
