@@ -42,8 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--update-compile", nargs="+", choices=["off", "on"], default=["off", "on"],
                        help="torch.compile variants (default off on)")
     group.add_argument("--update-batch-sizes", type=int, nargs="+", default=None, metavar="B",
-                       help="batch sizes to time (default: the preset's); compare a batch of 2B every 2 agent "
-                            "steps with B every step by the ms per update over the batch size")
+                       help="batch sizes to time, in transitions per update (default: the preset's); the note gives "
+                            "ms per sampled transition, to compare a batch of 2B every 2 agent steps with B "
+                            "every agent step")
     group.add_argument("--update-seconds", type=float, default=3.0,
                        help="seconds each variant is timed for in each round (default 3)")
 
