@@ -48,14 +48,14 @@ import numpy as np
 
 from vecdqn import checkpoint
 from vecdqn.config import FIXED_ON_RESUME, Config, default_torch_threads, option_flag
-from vecdqn.core import Interrupted, NonFiniteError, StopSignals, TrainingCore, evaluate_and_log
+from vecdqn.core import Interrupted, NonFiniteError, TrainingCore
 from vecdqn.preflight import ConfigError
 from vecdqn.train_state import TrainState, target_syncs_due, updates_due
 from vecdqn.vector import WorkerError, WorkerGuard, ended_games
 
 __all__ = [
-    "ConfigError", "Interrupted", "NonFiniteError", "StopSignals", "TrainState", "Trainer", "TrainerBase",
-    "VectorCollector", "WorkerError", "evaluate_and_log", "resumed_config", "run_name", "target_syncs_due", "train",
+    "ConfigError", "Interrupted", "NonFiniteError", "TrainState", "Trainer", "TrainerBase",
+    "VectorCollector", "WorkerError", "resumed_config", "run_name", "target_syncs_due", "train",
     "updates_due",
 ]
 

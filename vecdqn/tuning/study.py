@@ -199,12 +199,13 @@ class TrialRunner:
         self.current = proc
         try:
             proc.start()
-            code = self._follow(trial, proc, EventFollower(run_dir, self.objective))
+            follower = EventFollower(run_dir, self.objective)
+            code = self._follow(trial, proc, follower)
         finally:
             self.current = None
             proc.close()
         minutes = (time.monotonic() - started) / 60
-        value = EventFollower(run_dir, self.objective).final_value() if code == 0 else None
+        value = follower.final_value() if code == 0 else None
         if value is None:
             why = (f"train.py exited with code {code} after {minutes:.1f} min: {proc.error_line()}" if code != 0 else
                    f"its run logged no {OBJECTIVE_LABELS[self.objective]}")

@@ -33,12 +33,11 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import vecdqn
 
+# The tags read and the training objective's trailing window: those of scripts/plot.py's curves.
+from vecdqn.curves import EVAL_TAG, TRAIN_TAG, WINDOW, event_files
+
 __all__ = ["EVAL_TAG", "TRAIN_TAG", "EventFollower", "TrialProcess"]
 
-EVAL_TAG = "eval/return_mean"
-TRAIN_TAG = "charts/episodic_return"
-# Games in the training objective's trailing mean (the window of train.py's own summary line).
-WINDOW = 100
 
 # The child: train.py's entry point behind a watch on the tuner (see `child_main`); importable
 # wherever the tuner's vecdqn is (PYTHONPATH is set in `TrialProcess.start`).
@@ -173,7 +172,7 @@ class EventFollower:
 
     def _reload(self) -> EventAccumulator | None:
         if self._accumulator is None:
-            if not any("tfevents" in p.name for p in self.run_dir.glob("*")):
+            if not (self.run_dir.is_dir() and event_files(self.run_dir)):
                 return None
             # Keep every scalar (the trailing mean needs the games); images (videos) are not read.
             self._accumulator = EventAccumulator(str(self.run_dir), size_guidance={"scalars": 0, "images": 1})
@@ -190,6 +189,8 @@ class EventFollower:
             return []
         evals = self._events(EVAL_TAG)
         fresh, self._reported = evals[self._reported:], len(evals)
+        if not fresh:
+            return []
         if self.objective == "eval":
             return [(int(e.step), float(e.value)) for e in fresh]
         games = self._events(TRAIN_TAG)
