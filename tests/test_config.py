@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vecdqn.cli import build_parser, parse_args
+from vecdqn.cli import UsageError, build_parser, check_ale_options, parse_args, parse_config
 from vecdqn.config import PRESETS, Config, default_torch_threads
 from vecdqn.schedules import PiecewiseLinear
 
@@ -70,6 +70,24 @@ def test_bad_values_exit_2_with_one_line(argv, message, capsys):
     err = capsys.readouterr().err
     assert message in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_atari_only_options_are_refused_for_catch_and_kept_for_ale_games():
+    """An Atari-only option given for Catch would be ignored: refused, naming it and the env."""
+    config, given = parse_config(["--preset", "catch", "--frame-skip", "2", "--no-episodic-life"])
+    with pytest.raises(UsageError, match=r"--frame-skip, --episodic-life only apply to ALE games; "
+                                         r"--env-id vecdqn/Catch-v0 is not one"):
+        check_ale_options(given, config.env_id)
+    config, given = parse_config(["--env-id", "vecdqn/Catch-v0", "--max-episode-frames", "90"])
+    with pytest.raises(UsageError, match="--max-episode-frames only applies to ALE games"):
+        check_ale_options(given, config.env_id)
+    # What Catch uses, the Atari defaults it ignores, and Atari-only options for an ALE game pass.
+    check_ale_options(parse_config(["--preset", "catch", "--screen-size", "50", "--frame-stack", "2"])[1],
+                      "vecdqn/Catch-v0")
+    check_ale_options(parse_config(["--preset", "catch"])[1], "vecdqn/Catch-v0")
+    for env_id in ("BreakoutNoFrameskip-v4", "ALE/Pong-v5"):
+        check_ale_options({"frame_skip", "noop_max", "fire_reset"}, env_id)
+    check_ale_options({"frame_skip"}, "NoSuchGame-v0")  # left to the preflight, which names close ids
 
 
 def test_train_script_help_lists_units_and_defaults():

@@ -114,6 +114,8 @@ def test_corrupt_checkpoint_on_resume_exits_2(tmp_path):
         (["--per-alpha", "nan"], "--per-alpha nan"),
         # valid alone, but FIRE's one agent step of 100,000 frames ends every game it starts
         (["--frame-skip", "100000", "--total-steps", "100", "--learning-starts", "50"], "--frame-skip 100000"),
+        # an Atari-only option that Catch would ignore
+        (["--preset", "catch", "--noop-max", "5"], "--noop-max only applies to ALE games"),
     ],
 )
 def test_more_bad_input_exits_2(args, message, tmp_path):

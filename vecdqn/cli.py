@@ -24,15 +24,15 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from vecdqn.config import SCHEDULE_SHORTHANDS, Config, option_flag, replaced_options
+from vecdqn.config import ALE_ONLY_OPTIONS, OPTION_TYPES, SCHEDULE_SHORTHANDS, Config, option_flag, replaced_options
 from vecdqn.presets import PRESET_SOURCES, PRESETS
 
 if TYPE_CHECKING:
     from vecdqn.trainer import TrainerBase
 
 __all__ = [
-    "OneLineErrorParser", "UsageError", "build_parser", "check_given_options", "check_output_path", "error_line",
-    "exit_code",
+    "OneLineErrorParser", "UsageError", "build_parser", "check_ale_options", "check_given_options",
+    "check_output_path", "error_line", "exit_code",
     "explicit_options", "main", "parse_args", "parse_config", "preset_values", "presets_help",
 ]
 
@@ -146,10 +146,10 @@ def build_parser() -> OneLineErrorParser:
     )
     for f in fields(Config):
         kwargs: dict[str, Any] = {"help": f.metadata["help"], "default": f.default}
-        if f.type in ("bool", bool, "bool | None"):
-            kwargs["action"] = argparse.BooleanOptionalAction
+        type_name = OPTION_TYPES[f.name]
+        if type_name == "bool":
+            kwargs["action"] = argparse.BooleanOptionalAction  # --name / --no-name, as `option_flags` spells them
         else:
-            type_name = (f.type if isinstance(f.type, str) else f.type.__name__).removesuffix(" | None")
             kwargs["type"] = {"int": int, "float": float, "str": str}[type_name]
             kwargs["metavar"] = type_name.upper()
         parser.add_argument(option_flag(f.name), dest=f.name, **kwargs)
@@ -195,6 +195,32 @@ def check_given_options(given: set[str], actors: int) -> None:
                          f"its own fixed epsilon (--apex-epsilon, --apex-alpha); drop {'it' if one else 'them'}")
     raise UsageError(f"{flags} only appl{'ies' if one else 'y'} with --actors N (N >= 1, Ray actors); add --actors "
                      f"or drop {'it' if one else 'them'}")
+
+
+def check_ale_options(given: set[str], env_id: str) -> None:
+    """Refuse Atari-only options (`vecdqn.config.ALE_ONLY_OPTIONS`, e.g. ``--frame-skip``) given
+    explicitly (``given``: `Config` field names) for an env that is not an ALE game, such as
+    ``vecdqn/Catch-v0``, which would ignore them. Imports the env registry only when one is given;
+    an unknown ``env_id`` is left to the preflight, which names close matches.
+
+    Raises:
+        UsageError: one line naming the options and the env id.
+    """
+    unused = [name for name in ALE_ONLY_OPTIONS if name in given]
+    if not unused:
+        return
+    from vecdqn.envs import check_env_id, is_ale_env_id
+
+    try:
+        check_env_id(env_id)
+    except ValueError:
+        return
+    if is_ale_env_id(env_id):
+        return
+    one = len(unused) == 1
+    raise UsageError(f"{', '.join(option_flag(n) for n in unused)} only appl{'ies' if one else 'y'} to ALE games; "
+                     f"--env-id {env_id} is not one and would ignore {'it' if one else 'them'}: drop "
+                     f"{'it' if one else 'them'} (its observations take only --screen-size and --frame-stack)")
 
 
 def preset_values(preset: str, given: set[str]) -> dict[str, Any]:
@@ -280,11 +306,11 @@ def trainer_class(actors: int) -> type[TrainerBase]:
     return DistributedTrainer
 
 
-def saved_actors(path: str) -> int:
-    """``--actors`` of the run a checkpoint (file or run folder) belongs to (0 when it has none)."""
+def saved_config(path: str) -> dict[str, Any]:
+    """The saved configuration of the run a checkpoint (file or run folder) belongs to."""
     from vecdqn import checkpoint
 
-    return int(checkpoint.load_training(checkpoint.resolve_checkpoint(path))["config"].get("actors") or 0)
+    return dict(checkpoint.load_training(checkpoint.resolve_checkpoint(path))["config"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -311,10 +337,13 @@ def _train(argv: list[str] | None) -> int:
     config, given = parse_config(argv)
     if config.resume:
         given = given - {"resume"}
-        actors = config.actors if "actors" in given else saved_actors(config.resume)
+        saved = saved_config(config.resume)
+        actors = config.actors if "actors" in given else int(saved.get("actors") or 0)
         check_given_options(given, actors)
+        check_ale_options(given, str(saved.get("env_id", "")))
         trainer = trainer_class(actors).from_checkpoint(config.resume, {k: getattr(config, k) for k in given})
     else:
+        check_ale_options(given, config.env_id)
         trainer = trainer_class(config.actors)(config)
     try:
         summary = trainer.run()

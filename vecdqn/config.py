@@ -38,6 +38,11 @@ MAX_N_STEP = 1000
 FIXED_ON_RESUME = ("env_id", "num_envs", "frame_skip", "frame_stack", "screen_size", "dueling", "hidden_size",
                    "n_step", "buffer_size", "preset")
 
+# The preprocessing options only an ALE game uses; other envs (vecdqn/Catch-v0) take only
+# screen_size and frame_stack, and the command line refuses these for them.
+ALE_ONLY_OPTIONS = ("noop_max", "frame_skip", "episodic_life", "fire_reset", "repeat_action_probability",
+                    "max_episode_frames")
+
 
 def _f(default: Any, help: str) -> Any:  # noqa: A002 - "help" mirrors argparse
     return field(default=default, metadata={"help": help})
@@ -53,8 +58,8 @@ class EnvOptions:
     """The preprocessing options of one env: what `vecdqn.envs.make_env` builds from.
 
     Units: ``noop_max`` and ``max_episode_frames`` count emulator frames; one agent step is
-    ``frame_skip`` frames. The Atari-only options (all but ``screen_size`` and ``frame_stack``)
-    are ignored for non-ALE envs such as ``vecdqn/Catch-v0``.
+    ``frame_skip`` frames. The Atari-only options (`ALE_ONLY_OPTIONS`: all but ``screen_size``
+    and ``frame_stack``) are ignored for non-ALE envs such as ``vecdqn/Catch-v0``.
     """
 
     noop_max: int = _f(30, "at most this many no-op frames at the start of each game (0: none)")
@@ -471,6 +476,24 @@ def replaced_options(given: Iterable[str]) -> set[str]:
 def option_flag(name: str) -> str:
     """The command-line flag of a `Config` field: ``"n_step" -> "--n-step"``."""
     return "--" + name.replace("_", "-")
+
+
+def option_flags(name: str, value: Any) -> list[str]:
+    """``train.py``'s arguments for ``name = value``: ``["--n-step", "3"]``, ``["--no-double"]``
+    (an on/off option is a ``--name``/``--no-name`` pair).
+
+    Floats are written with ``repr`` so that the command line reproduces the value exactly.
+    """
+    flag = option_flag(name)
+    if isinstance(value, bool):
+        return [flag] if value else ["--no-" + flag[2:]]
+    return [flag, repr(value) if isinstance(value, float) else str(value)]
+
+
+# Each `Config` field's value type on the command line: "int", "float", "bool" or "str" (an
+# optional field's type without its "| None").
+OPTION_TYPES = {f.name: (f.type if isinstance(f.type, str) else f.type.__name__).removesuffix(" | None")
+                for f in fields(Config)}
 
 
 def default_torch_threads(num_envs: int, cpu_count: int | None = None, device_type: str = "cpu") -> int:

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import difflib
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vecdqn.config import Config, option_flag
+from vecdqn.config import OPTION_TYPES, option_flag, option_flags
 
 __all__ = ["FIXED_BY_TUNER", "Dimension", "SpaceError", "option_flags", "parse_dimension", "parse_space",
            "read_space_file"]
@@ -40,18 +40,6 @@ _FALSE = ("false", "no", "off", "0")
 
 class SpaceError(ValueError):
     """A search-space dimension that cannot be used (one line: the dimension and what is allowed)."""
-
-
-def _option_types() -> dict[str, str]:
-    """``Config`` field -> ``"int"``, ``"float"``, ``"bool"`` or ``"str"`` (``| None`` dropped)."""
-    out = {}
-    for f in fields(Config):
-        name = f.type if isinstance(f.type, str) else f.type.__name__
-        out[f.name] = name.removesuffix(" | None")
-    return out
-
-
-OPTION_TYPES = _option_types()
 
 
 @dataclass(frozen=True)
@@ -89,17 +77,6 @@ class Dimension:
         if self.kind == "float":
             return trial.suggest_float(self.name, float(self.low), float(self.high), log=self.log)
         return trial.suggest_categorical(self.name, list(self.choices))
-
-
-def option_flags(name: str, value: Any) -> list[str]:
-    """``train.py``'s arguments for ``name = value``: ``["--n-step", "3"]``, ``["--no-double"]``.
-
-    Floats are written with ``repr`` so that the command line reproduces the value exactly.
-    """
-    flag = option_flag(name)
-    if isinstance(value, bool):
-        return [flag] if value else ["--no-" + flag[2:]]
-    return [flag, repr(value) if isinstance(value, float) else str(value)]
 
 
 def _field_name(text: str) -> str:
