@@ -26,7 +26,7 @@ from typing import Any
 
 from vecdqn.extras import require
 
-__all__ = ["RUN_ID_FILE", "WANDB_MISSING", "Tracking", "require_wandb", "start"]
+__all__ = ["RUN_ID_FILE", "WANDB_MISSING", "require_wandb", "start"]
 
 WANDB_MISSING = 'the wandb package is not installed; --track needs it: pip install -e ".[track]"'
 
@@ -53,27 +53,7 @@ def new_run_id() -> str:
     return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
 
 
-class Tracking:
-    """One W&B run, started by `start`: what the logger needs from it besides the TensorBoard sync.
-
-    Args:
-        run: the ``wandb.Run`` that ``wandb.init`` returned.
-    """
-
-    def __init__(self, run: Any):
-        self.run = run
-
-    @property
-    def id(self) -> str:
-        """The W&B run id (the same across resumes)."""
-        return str(self.run.id)
-
-    def finish(self) -> None:
-        """Finish the W&B run after the writer has closed: wandb reads the last events first."""
-        self.run.finish()
-
-
-def start(run_dir: str | os.PathLike[str], config: Mapping[str, Any]) -> Tracking:
+def start(run_dir: str | os.PathLike[str], config: Mapping[str, Any]) -> Any:
     """Start (or, for a run folder that holds a run id, resume) the W&B run of ``run_dir``.
 
     Must be called before the run's `SummaryWriter` is created: ``sync_tensorboard`` patches
@@ -83,6 +63,10 @@ def start(run_dir: str | os.PathLike[str], config: Mapping[str, Any]) -> Trackin
         run_dir: the run folder (it exists); the run id is read from or written to it.
         config: the run's resolved configuration (``wandb_project``, ``wandb_entity`` and
             ``wandb_group`` name the W&B project, entity and group; empty: W&B's defaults).
+
+    Returns:
+        the ``wandb.Run``; its ``finish()`` is called once the run's writer has closed (wandb
+        reads the last events first), and its ``id`` stays the same across resumes.
 
     Raises:
         ImportError: wandb is not installed (`WANDB_MISSING`).
@@ -105,4 +89,4 @@ def start(run_dir: str | os.PathLike[str], config: Mapping[str, Any]) -> Trackin
         resume="allow",
         sync_tensorboard=True,
     )
-    return Tracking(run)
+    return run
