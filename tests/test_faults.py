@@ -243,10 +243,13 @@ def test_no_eta_during_the_warm_up(tmp_path, capsys):
     logger = MetricsLogger(str(tmp_path), {}, 1_000, progress=True)
     assert "warm-up" in logger.bar.bar_format and "remaining" not in logger.bar.bar_format
     logger.progress(96)
+    bar = logger.bar
     logger.learning_started(100)
-    assert logger.bar.bar_format is None and logger.bar.n == 100  # tqdm's default format: rate and ETA
+    # One bar goes on (no second bar line), in tqdm's default format (rate and ETA), its rate
+    # counted from agent step 100 on.
+    assert logger.bar is bar and bar.bar_format is None and bar.n == bar.initial == 100
     logger.progress(164)
-    assert logger.bar.n == 164  # not 168: the new bar counts on from 100
+    assert bar.n == 164 and bar.format_dict["initial"] == 100
     logger.close()
 
 

@@ -81,11 +81,14 @@ class MetricsLogger:
                     smoothing=0.05, mininterval=0.5 if interactive else 30.0, bar_format=bar_format)
 
     def learning_started(self, step: int) -> None:
-        """The learner's first update happened: from now on the bar's rate and ETA count only
-        agent steps with learning."""
-        self.bar.close()
-        self.bar = self._new_bar(step, warm_up=False)
-        self._step = step  # the new bar starts there: `progress` counts on from it
+        """The learner's first update happened: from now on the bar's rate, elapsed time and
+        ETA count only agent steps with learning (the same bar goes on, without "warm-up")."""
+        self.progress(step)
+        bar = self.bar
+        bar.reset()  # elapsed time, rate and its smoothing start again (and the count, put back below)
+        bar.n = bar.initial = bar.last_print_n = step
+        bar.bar_format = None
+        bar.refresh()
 
     def _write_config(self, config: Mapping[str, Any]) -> None:
         table = "|option|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in config.items())
