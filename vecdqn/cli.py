@@ -348,14 +348,14 @@ def _train(argv: list[str] | None) -> int:
     try:
         summary = trainer.run()
     except Interrupted as stop:
-        print(f"\nstopped by {signal.Signals(stop.signum).name} at agent step {trainer.step}; checkpoint: "
+        print(f"stopped by {signal.Signals(stop.signum).name} at agent step {trainer.step}; checkpoint: "
               f"{stop.checkpoint_path}\nresume with: python scripts/train.py --resume {trainer.run_dir}",
               file=sys.stderr)
         return stop.exit_code
     except KeyboardInterrupt:
         latest = trainer.run_dir / "checkpoints" / "latest.pt"
         where = f"the last checkpoint is {latest}" if latest.exists() else "no checkpoint was written yet"
-        print(f"\nstopped at once at agent step {trainer.step}; {where}", file=sys.stderr)
+        print(f"stopped at once at agent step {trainer.step}; {where}", file=sys.stderr)
         return 130
     except (WorkerError, NonFiniteError, checkpoint.CheckpointError) as err:
         kept = trainer.run_dir / "checkpoints" / "latest.pt"
