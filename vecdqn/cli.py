@@ -24,7 +24,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from vecdqn.config import ALE_ONLY_OPTIONS, OPTION_TYPES, SCHEDULE_SHORTHANDS, Config, option_flag, replaced_options
+from vecdqn.config import ALE_ONLY_OPTIONS, SCHEDULE_SHORTHANDS, Config, option_flag, replaced_options
 from vecdqn.presets import PRESET_SOURCES, PRESETS
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OneLineErrorParser", "UsageError", "build_parser", "check_ale_options", "check_given_options",
-    "check_output_path", "error_line", "exit_code",
+    "check_output_path", "error_line", "exit_code", "OPTION_TYPES", "option_flags",
     "explicit_options", "main", "parse_args", "parse_config", "preset_values", "presets_help",
 ]
 
@@ -112,6 +112,24 @@ def check_output_path(flag: str, path: os.PathLike[str] | str) -> None:
 
 
 # -- train.py's options, generated from Config ------------------------------------------------------
+
+
+def option_flags(name: str, value: Any) -> list[str]:
+    """``train.py``'s arguments for ``name = value``: ``["--n-step", "3"]``, ``["--no-double"]``
+    (an on/off option is a ``--name``/``--no-name`` pair).
+
+    Floats are written with ``repr`` so that the command line reproduces the value exactly.
+    """
+    flag = option_flag(name)
+    if isinstance(value, bool):
+        return [flag] if value else ["--no-" + flag[2:]]
+    return [flag, repr(value) if isinstance(value, float) else str(value)]
+
+
+# Each `Config` field's value type on the command line: "int", "float", "bool" or "str" (an
+# optional field's type without its "| None").
+OPTION_TYPES = {f.name: (f.type if isinstance(f.type, str) else f.type.__name__).removesuffix(" | None")
+                for f in fields(Config)}
 
 
 def presets_help() -> str:

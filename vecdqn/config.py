@@ -478,24 +478,6 @@ def option_flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def option_flags(name: str, value: Any) -> list[str]:
-    """``train.py``'s arguments for ``name = value``: ``["--n-step", "3"]``, ``["--no-double"]``
-    (an on/off option is a ``--name``/``--no-name`` pair).
-
-    Floats are written with ``repr`` so that the command line reproduces the value exactly.
-    """
-    flag = option_flag(name)
-    if isinstance(value, bool):
-        return [flag] if value else ["--no-" + flag[2:]]
-    return [flag, repr(value) if isinstance(value, float) else str(value)]
-
-
-# Each `Config` field's value type on the command line: "int", "float", "bool" or "str" (an
-# optional field's type without its "| None").
-OPTION_TYPES = {f.name: (f.type if isinstance(f.type, str) else f.type.__name__).removesuffix(" | None")
-                for f in fields(Config)}
-
-
 def default_torch_threads(num_envs: int, cpu_count: int | None = None, device_type: str = "cpu") -> int:
     """Intra-op threads for the learner so it does not fight the env workers for cores.
 

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vecdqn.config import OPTION_TYPES, option_flag, option_flags
+from vecdqn.cli import OPTION_TYPES, option_flags
+from vecdqn.config import option_flag
 
 __all__ = ["FIXED_BY_TUNER", "Dimension", "SpaceError", "option_flags", "parse_dimension", "parse_space",
            "read_space_file"]
