@@ -12,6 +12,14 @@ for the reference scores and their source)::
 The checkpoint brings the env id and the preprocessing of its training run. A run folder means
 its ``checkpoints/latest.pt`` if present, else ``checkpoints/final.pt``.
 
+``--every-checkpoint`` evaluates each checkpoint a run kept (``--keep-checkpoints``) instead,
+with the seed the run's own periodic evaluation would have used at that agent step, prints one
+row per checkpoint and writes the results into the run folder's TensorBoard at the checkpoints'
+steps and save times, where ``scripts/plot.py`` reads them. A timed run can so train without
+stopping for evaluations (``--eval-every 0``) and still show its evaluation curve::
+
+    python scripts/evaluate.py runs/pong_s1 --every-checkpoint --episodes 10
+
 Exit codes: 0 done; 2 bad input (one line on stderr); 130 interrupted.
 """
 
@@ -20,16 +28,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 # Run from a source checkout without installing: make the package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gymnasium as gym  # noqa: E402
+import torch  # noqa: E402
 
-from vecdqn.checkpoint import CheckpointError, Policy, load_policy  # noqa: E402
+from vecdqn.checkpoint import CheckpointError, Policy, kept_checkpoints, load_policy  # noqa: E402
 from vecdqn.cli import OneLineErrorParser, UsageError, check_output_path, exit_code  # noqa: E402
-from vecdqn.evaluation import EvalResult, evaluate  # noqa: E402
+from vecdqn.evaluation import EvalResult, evaluate, periodic_eval_seed  # noqa: E402
+from vecdqn.metrics import EvalLog  # noqa: E402
 from vecdqn.scores import HUMAN_RANDOM_SCORES  # noqa: E402
 from vecdqn.staging import select_device  # noqa: E402
 
@@ -99,6 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", metavar="PATH", default=None, help="also write the numbers to this JSON file"
     )
     parser.add_argument(
+        "--every-checkpoint",
+        action="store_true",
+        help="evaluate every checkpoint a run folder kept (checkpoints/step_<agent step>.pt, "
+        "--keep-checkpoints), each with the seed of the run's periodic evaluation at that step "
+        "unless --seed is given; one row per checkpoint, and the results go into the run's "
+        "TensorBoard (replacing an earlier --every-checkpoint's)",
+    )
+    parser.add_argument(
         "--device", default="auto", help="torch device: auto (cuda when available), cpu, cuda"
     )
     return parser
@@ -124,6 +143,11 @@ def _check_args(args: argparse.Namespace) -> None:
                 f"--video {args.video} must end in .mp4 (the mp4v codec needs an mp4 container)"
             )
         check_output_path("--video", video)
+    if args.every_checkpoint:
+        if args.video is not None:
+            raise UsageError("--video takes one checkpoint; it cannot be combined with --every-checkpoint")
+        if not Path(args.checkpoint).is_dir():
+            raise UsageError(f"--every-checkpoint takes a run folder, and {args.checkpoint} is not one")
     if args.json is not None:
         report = Path(args.json)
         check_output_path("--json", report)
@@ -204,9 +228,19 @@ def _evaluate(argv: list[str] | None) -> None:
     args = build_parser().parse_args(argv)
     _check_args(args)
     device = select_device(args.device)
+    if args.every_checkpoint:
+        _evaluate_every_checkpoint(args, device)
+        return
     policy = load_policy(args.checkpoint, device)
     seed = policy.config.seed if args.seed is None else args.seed
-    result = evaluate(
+    result = _play(policy, args, seed, device)
+    print(format_table(result, policy))
+    if args.json is not None:
+        _write_json(args.json, _record(policy, result))
+
+
+def _play(policy: Policy, args: argparse.Namespace, seed: int, device: torch.device) -> EvalResult:
+    return evaluate(
         policy.network,
         policy.config,
         episodes=args.episodes,
@@ -218,14 +252,48 @@ def _evaluate(argv: list[str] | None) -> None:
         video_path=args.video,
         fire_on_life_loss=args.fire_on_life_loss,
     )
-    print(format_table(result, policy))
-    if args.json is not None:
-        record = {
-            "checkpoint": str(policy.path),
-            "checkpoint_step": policy.step,
-            **result.to_dict(),
-        }
-        Path(args.json).write_text(json.dumps(record, indent=2, allow_nan=False) + "\n")
+
+
+def _record(policy: Policy, result: EvalResult) -> dict:
+    return {"checkpoint": str(policy.path), "checkpoint_step": policy.step, **result.to_dict()}
+
+
+def _write_json(path: str, record: dict | list) -> None:
+    Path(path).write_text(json.dumps(record, indent=2, allow_nan=False) + "\n")
+
+
+ROW = "{:>12}  {:>19}  {:>15}  {:>7}  {:>7}  {:>7}  {:>7}"
+
+
+def _evaluate_every_checkpoint(args: argparse.Namespace, device: torch.device) -> None:
+    """One evaluation per kept checkpoint, oldest first; a row printed and logged after each."""
+    kept = kept_checkpoints(args.checkpoint)
+    if not kept:
+        raise CheckpointError(f"{args.checkpoint} kept no checkpoints (checkpoints/step_<agent step>.pt): train with "
+                              "--keep-checkpoints and --checkpoint-every N")
+    for _, path in kept:  # every file checked before the first game (and before the old results go)
+        load_policy(path)
+    print(ROW.format("agent step", "saved", "mean ± std", "median", "min", "max", "HNS"))
+    records, log = [], EvalLog(args.checkpoint)
+    try:
+        for step, path in kept:
+            policy = load_policy(path, device)
+            seed = periodic_eval_seed(policy.config.seed, step) if args.seed is None else args.seed
+            result = _play(policy, args, seed, device)
+            s = result.stats
+            values = {"eval/return_mean": s["mean"], "eval/return_std": s["std"]}
+            if result.hns is not None:
+                values["eval/hns"] = result.hns
+            log.add(step, values, wall_time=policy.saved_at)
+            saved = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(policy.saved_at))
+            hns = f"{result.hns:.3f}" if result.hns is not None else "n/a"
+            print(ROW.format(f"{step:,}", saved, f"{s['mean']:.2f} ± {s['std']:.2f}", f"{s['median']:g}",
+                             f"{s['min']:g}", f"{s['max']:g}", hns), flush=True)
+            records.append(_record(policy, result))
+            if args.json is not None:  # rewritten after each checkpoint: an interrupt keeps what is done
+                _write_json(args.json, records)
+    finally:
+        log.close()
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -13,12 +14,15 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from helpers import catch_config
 
 from vecdqn import checkpoint
 from vecdqn.checkpoint import load_policy
 from vecdqn.config import PRESETS, Config
-from vecdqn.evaluation import evaluate
+from vecdqn.curves import read_run
+from vecdqn.evaluation import evaluate, periodic_eval_seed
 from vecdqn.model import QNetwork
+from vecdqn.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "evaluate.py"
@@ -293,3 +297,93 @@ def test_video_into_a_folder_that_takes_no_files_is_one_line_naming_it(tmp_path,
     assert _script().main([str(path), "--video", "/proc/x.mp4", "--episodes", "1"]) == 2
     assert capsys.readouterr().err == ("evaluate.py: error: --video /proc/x.mp4 is not writable: no file can be "
                                        "created in /proc; choose a path you can write\n")
+
+
+# -- evaluating a run's kept checkpoints afterwards ------------------------------------------------
+def test_kept_checkpoints_are_the_step_files_in_step_order(tmp_path):
+    folder = tmp_path / "run" / "checkpoints"
+    folder.mkdir(parents=True)
+    for name in ("step_000001000.pt", "step_000000200.pt", "latest.pt", "step_best.pt", "final.pt"):
+        (folder / name).write_bytes(b"")
+    assert checkpoint.kept_checkpoints(tmp_path / "run") == [
+        (200, folder / "step_000000200.pt"), (1000, folder / "step_000001000.pt")]
+    assert checkpoint.kept_checkpoints(tmp_path) == []  # a folder without checkpoints/
+    with pytest.raises(checkpoint.CheckpointError, match="not a run folder"):
+        checkpoint.kept_checkpoints(folder / "latest.pt")
+
+
+def test_a_checkpoint_without_its_save_time_is_dated_by_its_file(tmp_path, save_fresh_checkpoint):
+    path = save_fresh_checkpoint(tmp_path / "old.pt", "vecdqn/Catch-v0", 3)  # written without saved_at
+    os.utime(path, (1_700_000_000, 1_700_000_000))
+    assert load_policy(path).saved_at == 1_700_000_000
+
+
+@pytest.fixture(scope="module")
+def evaluated_catch_run(tmp_path_factory):
+    """A Catch run that evaluated itself and kept a checkpoint at the same steps."""
+    # A kept checkpoint at 200, 400 and 600; the end (700) writes final.pt, not a kept one.
+    config = catch_config(tmp_path_factory.mktemp("runs"), total_steps=700, eval_every=200, eval_episodes=4,
+                          checkpoint_every=200, keep_checkpoints=True, run_name="run")
+    Trainer(config, progress=False).run()
+    return Path(config.log_dir) / "run", config
+
+
+def _rows(stdout: str) -> dict[int, float]:
+    """``{agent step: mean}`` from the printed table of --every-checkpoint."""
+    rows = {}
+    for line in stdout.splitlines()[1:]:
+        step, _date, _time, mean, *_ = line.split()
+        rows[int(step.replace(",", ""))] = float(mean)
+    return rows
+
+
+def test_every_checkpoint_plays_the_games_of_the_runs_own_evaluations(evaluated_catch_run, capsys):
+    run_dir, config = evaluated_catch_run
+    own = read_run(run_dir).evals
+    assert list(own.steps) == [200, 400, 600]
+    args = [str(run_dir), "--every-checkpoint", "--episodes", "4", "--epsilon", str(config.eval_epsilon)]
+    assert _script().main(args) == 0
+    printed = _rows(capsys.readouterr().out)
+    assert list(printed) == [200, 400, 600]
+    # Same weights and the same seed per step: the very scores the run logged.
+    np.testing.assert_allclose(list(printed.values()), own.values, atol=0.005)
+
+    # Into the run's TensorBoard, on the run's clock: one series, stamped with the save times.
+    again = read_run(run_dir).evals
+    np.testing.assert_allclose(again.values, own.values)
+    saved = [load_policy(path).saved_at for _, path in checkpoint.kept_checkpoints(run_dir)]
+    np.testing.assert_allclose(np.diff(again.minutes) * 60, np.diff(saved), atol=1e-3)
+    assert again.minutes[0] >= 0
+
+    # A second evaluation replaces the first one's file instead of adding a second series.
+    assert _script().main([*args, "--seed", "123"]) == 0
+    assert len(list(run_dir.glob("*.checkpoint-evals"))) == 1
+    replaced = _rows(capsys.readouterr().out)
+    np.testing.assert_allclose(read_run(run_dir).evals.values, list(replaced.values()), atol=0.005)
+
+
+def test_every_checkpoint_writes_the_json_list(evaluated_catch_run, tmp_path):
+    run_dir, _ = evaluated_catch_run
+    report = tmp_path / "evals.json"
+    proc = _run(str(run_dir), "--every-checkpoint", "--episodes", "1", "--json", str(report))
+    assert proc.returncode == 0, proc.stderr
+    records = json.loads(report.read_text())
+    assert [r["checkpoint_step"] for r in records] == [200, 400, 600]
+    assert [r["seed"] for r in records] == [periodic_eval_seed(7, step) for step in (200, 400, 600)]
+
+
+@pytest.mark.parametrize("extra, word", [(["--video", "best.mp4"], "--video"), ([], "kept no checkpoints")])
+def test_every_checkpoint_refuses_what_it_cannot_do_with_one_line(tmp_path, capsys, save_fresh_checkpoint,
+                                                                  extra, word):
+    save_fresh_checkpoint(tmp_path / "run" / "checkpoints" / "latest.pt", "vecdqn/Catch-v0", 3)
+    assert _script().main([str(tmp_path / "run"), "--every-checkpoint", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and word in err, err
+    assert not list((tmp_path / "run").glob("*tfevents*"))
+
+
+def test_every_checkpoint_takes_a_run_folder_not_a_file(tmp_path, capsys, save_fresh_checkpoint):
+    path = save_fresh_checkpoint(tmp_path / "step_000000100.pt", "vecdqn/Catch-v0", 3)
+    assert _script().main([str(path), "--every-checkpoint"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "run folder" in err, err

@@ -11,8 +11,9 @@ policy a checkpoint holds.
   and only then is the previous replay file removed. A crash at any moment leaves a complete
   pair, and a replay that does not belong to the checkpoint is never combined with it.
 * **Found from a run folder.** A run's checkpoints are ``<run>/checkpoints/latest.pt`` (saved
-  periodically) and ``<run>/checkpoints/final.pt`` (at the end); `load_policy` rebuilds the
-  online Q-network of either for evaluation.
+  periodically), ``<run>/checkpoints/final.pt`` (at the end) and, with ``--keep-checkpoints``,
+  ``<run>/checkpoints/step_<agent step>.pt`` (`kept_checkpoints`); `load_policy` rebuilds the
+  online Q-network of any of them for evaluation. Each records when it was saved (``saved_at``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pickle
 import random
 import shutil
 import tempfile
+import time
 import uuid
 import zipfile
 from collections.abc import Callable
@@ -38,7 +40,8 @@ from vecdqn.config import Config
 from vecdqn.model import QNetwork
 
 __all__ = [
-    "CHECKPOINT_FORMAT", "CheckpointError", "Policy", "load", "load_policy", "load_replay", "load_training",
+    "CHECKPOINT_FORMAT", "CheckpointError", "Policy", "kept_checkpoints", "load", "load_policy", "load_replay",
+    "load_training",
     "remove_stale", "resolve_checkpoint", "save_atomic", "save_training",
 ]
 
@@ -154,6 +157,8 @@ class Policy:
         step: the agent step the checkpoint was saved at (agent steps summed over all envs), or
             None if the checkpoint does not say.
         device: where ``network`` lives.
+        saved_at: when the training run wrote the checkpoint, Unix time in seconds (checkpoints
+            of older versions do not say: then the file's modification time).
     """
 
     network: QNetwork
@@ -161,6 +166,7 @@ class Policy:
     path: Path
     step: int | None
     device: torch.device
+    saved_at: float | None = None
 
 
 def load_policy(path: str | os.PathLike[str], device: torch.device | str = "cpu") -> Policy:
@@ -198,7 +204,29 @@ def load_policy(path: str | os.PathLike[str], device: torch.device | str = "cpu"
     device = torch.device(device)
     network.to(device).eval()
     step = state.get("train_state", {}).get("step")
-    return Policy(network, config, file, int(step) if step is not None else None, device)
+    saved_at = float(state["saved_at"]) if "saved_at" in state else file.stat().st_mtime
+    return Policy(network, config, file, int(step) if step is not None else None, device, saved_at)
+
+
+def kept_checkpoints(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    """A run's kept periodic checkpoints (``--keep-checkpoints``), in step order.
+
+    Returns:
+        ``[(agent step, path)]`` of ``<run_dir>/checkpoints/step_<agent step>.pt``; empty if the
+        run kept none.
+
+    Raises:
+        CheckpointError: ``run_dir`` is not a folder.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise CheckpointError(f"{run_dir} is not a run folder")
+    kept = []
+    for path in (run_dir / "checkpoints").glob("step_*.pt"):
+        digits = path.stem.removeprefix("step_")
+        if digits.isdigit():
+            kept.append((int(digits), path))
+    return sorted(kept)
 
 
 def _network(state: dict[str, Any], config: Config) -> QNetwork:
@@ -266,7 +294,8 @@ def save_training(path: str | os.PathLike[str], *, replay: Any = None, envs: dic
             checkpoint and its replay are kept, temporaries removed.
     """
     path = Path(path)
-    state = {"format": CHECKPOINT_FORMAT, "vecdqn_version": vecdqn.__version__, **state, "rng": rng_states()}
+    state = {"format": CHECKPOINT_FORMAT, "vecdqn_version": vecdqn.__version__, "saved_at": time.time(), **state,
+             "rng": rng_states()}
     if envs is not None:
         state["envs"] = {"snapshots": list(envs["snapshots"]), "obs": torch.from_numpy(np.array(envs["obs"])),
                          "actions": torch.from_numpy(np.array(envs["actions"]))}

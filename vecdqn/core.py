@@ -42,7 +42,7 @@ from vecdqn import checkpoint
 from vecdqn.agent import DQNAgent
 from vecdqn.config import Config
 from vecdqn.device_replay import DeviceFrames
-from vecdqn.evaluation import evaluate
+from vecdqn.evaluation import evaluate, periodic_eval_seed
 from vecdqn.metrics import MetricsLogger
 from vecdqn.pipeline import LearnerPipeline
 from vecdqn.preflight import preflight
@@ -435,8 +435,8 @@ def evaluate_and_log(network: torch.nn.Module, c: Config, step: int, device: tor
                      logger: MetricsLogger) -> None:
     """The periodic evaluation: whole games in a separate, non-vectorized env (training envs
     untouched); logs ``eval/return_mean``, ``eval/return_std``, ``eval/hns`` and ``eval/video``."""
-    result = evaluate(network, c, episodes=c.eval_episodes, epsilon=c.eval_epsilon, seed=c.seed + 1_000_003 + step,
-                      device=device, record=True, record_max_frames=1_200)
+    result = evaluate(network, c, episodes=c.eval_episodes, epsilon=c.eval_epsilon,
+                      seed=periodic_eval_seed(c.seed, step), device=device, record=True, record_max_frames=1_200)
     stats = result.stats
     values = {"eval/return_mean": stats["mean"], "eval/return_std": stats["std"]}
     if result.hns is not None:

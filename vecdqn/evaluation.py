@@ -55,10 +55,26 @@ from vecdqn.scores import HUMAN_RANDOM_SCORES, SCORE_SOURCE, game_name, human_no
 from vecdqn.video import ATARI_FPS, BestEpisodeRecorder
 
 __all__ = [
+    "EVAL_SEED_OFFSET",
     "EvalResult",
     "evaluate",
+    "periodic_eval_seed",
     # Re-exported from their homes (vecdqn.checkpoint, vecdqn.video) for existing callers.
 ]
+
+
+# Keeps the evaluation's seeds away from the training envs' (seed + agent step).
+EVAL_SEED_OFFSET = 1_000_003
+
+
+def periodic_eval_seed(run_seed: int, step: int) -> int:
+    """The seed of a run's periodic evaluation at agent step ``step``: ``run_seed + 1_000_003 + step``.
+
+    Every evaluation of a run plays other games, and `scripts/evaluate.py --every-checkpoint`
+    uses the same seed for a kept checkpoint, so it plays exactly the games (and, from the same
+    weights, gets exactly the scores) the run's own evaluation at that step would have.
+    """
+    return run_seed + EVAL_SEED_OFFSET + step
 
 
 @dataclass

@@ -17,9 +17,11 @@ from __future__ import annotations
 import collections
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -170,3 +172,38 @@ class MetricsLogger:
         if self.tracking is not None:  # after the writer: wandb reads its last events first
             self.tracking.finish()
             self.tracking = None
+
+
+# The event file `EvalLog` writes into a run folder; its suffix tells it from the run's own.
+EVAL_LOG_SUFFIX = ".checkpoint-evals"
+
+
+class EvalLog:
+    """Evaluations of a finished run's kept checkpoints, written into the run's folder as the
+    run's own periodic evaluations would have been: ``eval/return_mean``, ``eval/return_std``
+    and ``eval/hns`` at each checkpoint's agent step, stamped with the time the checkpoint was
+    saved, so TensorBoard and `vecdqn.curves` (``scripts/plot.py``) place them on the run's clock.
+
+    They go to an event file of their own (name ending in ``.checkpoint-evals``); one written by
+    an earlier `EvalLog` in the same folder is removed when this one is created, so evaluating a
+    run again replaces its checkpoint evaluations instead of adding a second series.
+
+    Args:
+        run_dir: the run folder (holding the run's event files).
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str]):
+        run_dir = Path(run_dir)
+        for old in run_dir.glob(f"*tfevents*{EVAL_LOG_SUFFIX}"):
+            old.unlink()
+        self.writer = SummaryWriter(str(run_dir), filename_suffix=EVAL_LOG_SUFFIX)
+
+    def add(self, step: int, values: Mapping[str, float], wall_time: float) -> None:
+        """Write ``{tag: value}`` at agent step ``step`` and Unix time ``wall_time`` (seconds),
+        flushed to disk at once (an interrupted evaluation keeps the rows done)."""
+        for tag, value in values.items():
+            self.writer.add_scalar(tag, value, step, walltime=wall_time)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
