@@ -281,10 +281,7 @@ def _evaluate_every_checkpoint(args: argparse.Namespace, device: torch.device) -
             seed = periodic_eval_seed(policy.config.seed, step) if args.seed is None else args.seed
             result = _play(policy, args, seed, device)
             s = result.stats
-            values = {"eval/return_mean": s["mean"], "eval/return_std": s["std"]}
-            if result.hns is not None:
-                values["eval/hns"] = result.hns
-            log.add(step, values, wall_time=policy.saved_at)
+            log.add(step, result.scalars, wall_time=policy.saved_at)
             saved = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(policy.saved_at))
             hns = f"{result.hns:.3f}" if result.hns is not None else "n/a"
             print(ROW.format(f"{step:,}", saved, f"{s['mean']:.2f} ± {s['std']:.2f}", f"{s['median']:g}",

@@ -438,10 +438,7 @@ def evaluate_and_log(network: torch.nn.Module, c: Config, step: int, device: tor
     result = evaluate(network, c, episodes=c.eval_episodes, epsilon=c.eval_epsilon,
                       seed=periodic_eval_seed(c.seed, step), device=device, record=True, record_max_frames=1_200)
     stats = result.stats
-    values = {"eval/return_mean": stats["mean"], "eval/return_std": stats["std"]}
-    if result.hns is not None:
-        values["eval/hns"] = result.hns
-    logger.scalars(step, values)
+    logger.scalars(step, result.scalars)
     if result.frames is not None and len(result.frames):
         # One frame per agent step (stride = frame skip), played back in real time.
         stride = c.frame_skip if result.length_unit == "frames" else 1

@@ -135,6 +135,15 @@ class EvalResult:
         for games without reference scores."""
         return human_normalized_score(self.env_id, float(np.mean(self.returns)))
 
+    @property
+    def scalars(self) -> dict[str, float]:
+        """What a run logs of this evaluation: ``eval/return_mean``, ``eval/return_std`` and, for
+        games with reference scores, ``eval/hns``."""
+        values = {"eval/return_mean": self.stats["mean"], "eval/return_std": self.stats["std"]}
+        if self.hns is not None:
+            values["eval/hns"] = self.hns
+        return values
+
     def to_dict(self) -> dict[str, Any]:
         """Everything but the frames, as JSON-ready values (None where there is no reference)."""
         game = self.game
