@@ -130,7 +130,8 @@ class Config:
     seed: int = _f(1, "seed in [0, 2**32) of envs (env i gets seed+i), replay sampling and network init")
     total_steps: int = _f(10_000_000, "length of the run, in agent steps summed over envs")
     num_envs: int = _f(8, "number of env worker processes (AsyncVectorEnv)")
-    log_dir: str = _f("runs", "folder under which the run folder <env_id>__<seed>__<unix time> is made")
+    log_dir: str = _f("runs", "folder under which the run folder <env_id>__<seed>__<unix time> is made "
+                              "(a / in the env id becomes -)")
     run_name: str = _f("", "run folder name under --log-dir (empty: <env_id>__<seed>__<unix time>)")
     device: str = _f("auto", "torch device for the learner: auto (cuda when available), cpu, cuda, cuda:1, ...")
     torch_threads: int = _f(0, "torch intra-op threads of the learner (0: all cores on a CPU learner, "
