@@ -240,7 +240,7 @@ def test_sticky_actions_default_to_the_env_ids_own(env_id, sticky):
 
 
 def test_no_eta_during_the_warm_up(tmp_path, capsys):
-    logger = MetricsLogger(str(tmp_path), {}, 1_000, progress=True)
+    logger = MetricsLogger(str(tmp_path), {}, 1_000, initial_step=40, progress=True)  # a resumed run
     assert "warm-up" in logger.bar.bar_format and "remaining" not in logger.bar.bar_format
     logger.progress(96)
     bar = logger.bar
@@ -251,6 +251,11 @@ def test_no_eta_during_the_warm_up(tmp_path, capsys):
     logger.progress(164)
     assert bar.n == 164 and bar.format_dict["initial"] == 100
     logger.close()
+    # The count the bar draws never goes back: tqdm's reset() alone would draw "0/1000", with a
+    # nonsense rate, into a log file at the switch.
+    drawn = [line for line in capsys.readouterr().err.replace("\r", "\n").splitlines() if "/1000" in line]
+    counts = [int(line.split("/1000")[0].split()[-1]) for line in drawn]
+    assert counts[0] == 40 and counts[-1] == 164 and counts == sorted(counts), counts
 
 
 def test_replay_loads_with_numpy_state_intact(tmp_path):

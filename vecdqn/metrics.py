@@ -87,7 +87,15 @@ class MetricsLogger:
         ETA count only agent steps with learning (the same bar goes on, without "warm-up")."""
         self.progress(step)
         bar = self.bar
-        bar.reset()  # elapsed time, rate and its smoothing start again (and the count, put back below)
+        # reset() starts the elapsed time, the rate and its smoothing again, but sets the count to
+        # 0 and draws that: a "0/total" line with a meaningless rate in a log file. So it draws
+        # nothing here (an instance attribute shadows the method until deleted), and the bar is
+        # drawn once the count is put back.
+        bar.refresh = lambda *args, **kwargs: None
+        try:
+            bar.reset()
+        finally:
+            del bar.refresh
         bar.n = bar.initial = bar.last_print_n = step
         bar.bar_format = None
         bar.refresh()
