@@ -14,6 +14,7 @@ import psutil
 import pytest
 import torch
 from helpers import RaisingCatch, catch_config
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from vecdqn import checkpoint
 from vecdqn.trainer import ConfigError, NonFiniteError, Trainer, WorkerError
@@ -53,6 +54,27 @@ def test_resume_without_replay_refills_first(tmp_path):
     # Learning waited for learning_starts (100) fresh transitions after the resume at step 200.
     assert trainer.state.learn_from == 300
     assert json.loads((tmp_path / "run" / "config.json").read_text())["total_steps"] == 400
+
+
+def test_a_run_resumed_between_checkpoints_keeps_the_uninterrupted_runs_checkpoint_and_log_steps(tmp_path):
+    """Stopped at agent step 250 (as by Ctrl-C, between periodic checkpoints) and resumed: the
+    kept checkpoints and the logged steps are those of a run that was never stopped."""
+    options = dict(checkpoint_every=200, keep_checkpoints=True, log_every=100, run_name="run")
+    Trainer(catch_config(tmp_path / "a", total_steps=600, **options), progress=False).run()
+    Trainer(catch_config(tmp_path / "b", total_steps=250, **options), progress=False).run()
+    Trainer.from_checkpoint(tmp_path / "b" / "run", {"total_steps": 600}, progress=False).run()
+
+    def kept(root):
+        return [step for step, _ in checkpoint.kept_checkpoints(root / "run")]
+
+    def logged(root):
+        acc = EventAccumulator(str(root / "run"), size_guidance={"scalars": 0})
+        acc.Reload()
+        return [e.step for e in acc.Scalars("charts/epsilon")]
+
+    assert kept(tmp_path / "a") == kept(tmp_path / "b") == [200, 400]
+    assert logged(tmp_path / "a") == [100, 200, 300, 400, 500, 600]
+    assert logged(tmp_path / "b") == [100, 200, 250, 300, 400, 500, 600]  # + the stop's own log
 
 
 @pytest.mark.parametrize("option", ["log_dir", "run_name"])

@@ -73,7 +73,9 @@ def test_train_state_resumed(with_replay):
     saved = TrainState(step=4_100, updates=700, learn_from=1_000, next_sync=4_500, episodes=42)
     s = saved.resumed(c, with_replay=with_replay)
     assert s.step == 4_100 and s.updates == 700 and s.episodes == 42
-    assert s.next_eval == 6_000 and s.next_checkpoint == 4_600 and s.next_log == 4_100 + c.log_every
+    # The next multiples of the periods: the agent steps an uninterrupted run logs, evaluates and
+    # checkpoints at.
+    assert s.next_eval == 6_000 and s.next_checkpoint == 4_500 and s.next_log == 5_000
     if with_replay:  # learning continues where it was
         assert (s.learn_from, s.update_offset, s.next_sync) == (1_000, 0, 4_500)
     else:  # learning waits for learning_starts fresh transitions

@@ -90,12 +90,16 @@ class TrainState:
         return sum(r for r, _ in history) / len(history) if history else math.nan
 
     def resumed(self, c: Config, *, with_replay: bool) -> TrainState:
-        """This state, continued under ``c``: the clocks restart from ``step`` with ``c``'s
-        periods; without a saved replay, learning waits for ``learning_starts`` fresh transitions."""
+        """This state, continued under ``c``: logs, evaluations and checkpoints come at the next
+        multiples of ``c``'s periods, the agent steps an uninterrupted run uses (so a resumed run
+        keeps the same ``step_<N>.pt`` files); without a saved replay, learning waits for
+        ``learning_starts`` fresh transitions."""
+        def next_multiple(period: int) -> float:
+            return (self.step // period + 1) * period if period else math.inf
+
         state = dataclasses.replace(
-            self, next_log=self.step + c.log_every,
-            next_eval=(self.step // c.eval_every + 1) * c.eval_every if c.eval_every else math.inf,
-            next_checkpoint=self.step + c.checkpoint_every if c.checkpoint_every else math.inf,
+            self, next_log=next_multiple(c.log_every), next_eval=next_multiple(c.eval_every),
+            next_checkpoint=next_multiple(c.checkpoint_every),
         )
         if not with_replay:
             state.learn_from = self.step + c.learning_starts
