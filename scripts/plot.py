@@ -6,7 +6,8 @@
 
 The figure is a 2×2 grid: training return (mean of the last 100 games) and evaluation return
 (``eval/return_mean``, one marker per evaluation) against agent steps (left) and against
-wall-clock minutes since each run's first event (right). Runs that differ only in their seed
+wall-clock minutes since each run's first event (right); when no run has an evaluation, only
+the training row (1×2). Runs that differ only in their seed
 share a colour and a legend label (env id, preset, and the options that tell experiments of one
 game apart); each seed of a setting has its own line style and marker, so no two runs are drawn
 alike (up to 40 seeds per setting, any number of settings), and the legend names each run's
@@ -57,8 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--output",
         metavar="FILE.png",
         default=None,
-        help="write the 2x2 figure to this PNG (needs matplotlib: pip install -e \".[plot]\"); "
-        "without it only the tables are printed",
+        help="write the figure (2x2; 1x2 without evaluations) to this PNG (needs matplotlib: "
+        "pip install -e \".[plot]\"); without it only the tables are printed",
     )
     parser.add_argument(
         "--window",

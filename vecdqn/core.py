@@ -246,12 +246,14 @@ class TrainingCore:
         s = self.state
         self.logger = MetricsLogger(str(self.run_dir), c.to_dict(), c.total_steps, initial_step=s.step,
                                     progress=self.progress)
+        self.logger.write(f"{self.run_dir}: {c.env_id}, {c.total_steps:,} agent steps; learner on "
+                          f"{self.device.type} ({torch.get_num_threads()} torch threads)")
         if self.resume_state is None:
             return None
         self.logger.write(f"resumed {self.run_dir} at agent step {s.step}")
         if s.learn_from > s.step:
             self.logger.write(f"{note}: refilling the buffer for --learning-starts {c.learning_starts} agent steps "
-                              "before learning resumes")
+                              f"before learning {'resumes' if s.updates else 'starts'}")
         return self.resume_state.get("envs")
 
     def _restore(self, reuse_replay: bool) -> str:
