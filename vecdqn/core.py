@@ -246,8 +246,9 @@ class TrainingCore:
         s = self.state
         self.logger = MetricsLogger(str(self.run_dir), c.to_dict(), c.total_steps, initial_step=s.step,
                                     progress=self.progress)
-        self.logger.write(f"{self.run_dir}: {c.env_id}, {c.total_steps:,} agent steps; learner on "
-                          f"{self.device.type} ({torch.get_num_threads()} torch threads)")
+        threads = torch.get_num_threads()
+        self.logger.write(f"{self.run_dir}: {c.env_id}, {c.total_steps:,} agent steps; learner on {self.device.type} "
+                          f"({threads} torch thread{'' if threads == 1 else 's'})")
         if self.resume_state is None:
             return None
         self.logger.write(f"resumed {self.run_dir} at agent step {s.step}")
