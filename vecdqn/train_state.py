@@ -46,6 +46,12 @@ def target_syncs_due(step: int, num_envs: int, next_sync: int, period: int) -> t
     return syncs, next_sync
 
 
+def next_multiple(step: int, period: int) -> float:
+    """The first multiple of ``period`` after agent step ``step`` (``inf`` for period 0: never):
+    where a fresh or resumed run next logs, evaluates or checkpoints."""
+    return (step // period + 1) * period if period else math.inf
+
+
 @dataclass
 class TrainState:
     """Every counter of a run, created once and saved whole in the checkpoint.
@@ -70,7 +76,8 @@ class TrainState:
     def new(cls, c: Config) -> TrainState:
         return cls(
             learn_from=c.learning_starts, next_sync=c.learning_starts + c.target_update_frequency,
-            next_log=c.log_every, next_eval=c.eval_every or math.inf, next_checkpoint=c.checkpoint_every or math.inf,
+            next_log=next_multiple(0, c.log_every), next_eval=next_multiple(0, c.eval_every),
+            next_checkpoint=next_multiple(0, c.checkpoint_every),
         )
 
     def record_game(self, episodic_return: float, length: float) -> None:
@@ -94,12 +101,9 @@ class TrainState:
         multiples of ``c``'s periods, the agent steps an uninterrupted run uses (so a resumed run
         keeps the same ``step_<N>.pt`` files); without a saved replay, learning waits for
         ``learning_starts`` fresh transitions."""
-        def next_multiple(period: int) -> float:
-            return (self.step // period + 1) * period if period else math.inf
-
         state = dataclasses.replace(
-            self, next_log=next_multiple(c.log_every), next_eval=next_multiple(c.eval_every),
-            next_checkpoint=next_multiple(c.checkpoint_every),
+            self, next_log=next_multiple(self.step, c.log_every), next_eval=next_multiple(self.step, c.eval_every),
+            next_checkpoint=next_multiple(self.step, c.checkpoint_every),
         )
         if not with_replay:
             state.learn_from = self.step + c.learning_starts
