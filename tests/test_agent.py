@@ -129,3 +129,39 @@ def test_update_refuses_a_batch_on_another_device():
         ((8,), torch.float32), ((8,), torch.float32), ((8,), torch.float32)]))
     with pytest.raises(ValueError, match="the batch is on meta but the learner on cpu"):
         agent.update(batch)
+
+
+@pytest.mark.parametrize("amp", ["off", "bf16"])
+@pytest.mark.parametrize("double", [True, False])
+def test_overlap_forward_is_bit_for_bit_the_same_update(amp, double):
+    """The next-observation passes on a second thread change nothing: TD errors, metrics and
+    every weight after several updates equal the single-thread agent's exactly."""
+    rng = np.random.default_rng(3)
+    host = SimpleNamespace(
+        obs=rng.integers(0, 256, (16, 4, 84, 84), dtype=np.uint8),
+        next_obs=rng.integers(0, 256, (16, 4, 84, 84), dtype=np.uint8),
+        actions=rng.integers(0, 3, 16), rewards=rng.normal(size=16).astype(np.float32),
+        discounts=np.full(16, 0.9, np.float32), weights=rng.random(16).astype(np.float32),
+    )
+    overlapped = _agent(amp=amp, double=double, overlap_forward=True, learning_rate=1e-3)
+    plain = _agent(amp=amp, double=double, learning_rate=1e-3)
+    # A target network unlike the online one, so that the online argmax and the target's max
+    # differ and each pass's result shows in the TD errors.
+    torch.manual_seed(7)
+    other = QNetwork(3, hidden_size=32).state_dict()
+    overlapped.target.load_state_dict(other), plain.target.load_state_dict(other)
+    staged = stage(host, plain.device)
+    for step in range(5):
+        (m1, td1), (m2, td2) = overlapped.update(staged), plain.update(staged)
+        np.testing.assert_array_equal(td1, td2)
+        assert m1 == m2
+        if step == 2:
+            overlapped.sync_target(), plain.sync_target()
+    assert overlapped._next_pool is not None  # the second thread did run the passes
+    for a, b in zip(overlapped.online.parameters(), plain.online.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_overlap_forward_refuses_compile():
+    with pytest.raises(ValueError, match="overlap_forward=True cannot be combined with compile=True"):
+        _agent(overlap_forward=True, compile=True)

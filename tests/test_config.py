@@ -60,6 +60,7 @@ def test_preset_sets_defaults_but_explicit_options_win():
         (["--run-name", "../escape"], "--run-name '../escape' must be a plain folder name"),
         (["--per-alpha", "-1"], "--per-alpha -1.0 must be a finite number >= 0"),
         (["--max-grad-norm", "-1"], "--max-grad-norm -1.0 must be a finite number >= 0"),
+        (["--overlap-forward", "--compile"], "--overlap-forward cannot be combined with --compile"),
         (["--total-steps", "abc"], "invalid int value: 'abc'"),  # argparse's own error, in one line
     ],
 )

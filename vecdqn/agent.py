@@ -10,11 +10,17 @@ over ``obs`` and ``next_obs`` together (``fuse_forward``, on by default on CUDA)
 forward and backward as CUDA graphs (``compile`` on CUDA: ``torch.compile(mode="reduce-overhead")``
 over static input buffers; fused Adam is one kernel already); bf16 autocast (``amp="bf16"``:
 fp32 master weights, fp32 targets and loss).
+
+On a CPU whose second core is left idle by the env workers, ``overlap_forward`` runs the two
+next-observation passes (target and online, no gradient) on a second thread while the main
+thread runs the online pass over ``obs``; the backward pass then waits for both. Each pass does
+the same arithmetic on either thread, so the update's results are bit for bit those without it.
 """
 
 from __future__ import annotations
 
 import contextlib
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -113,9 +119,12 @@ class DQNAgent:
         fuse_forward: one online forward over ``obs`` and ``next_obs`` concatenated, ``(2B, …)``
             (None: on CUDA only; on a CPU the backward over 2B rows costs more than the second
             forward's launches save).
+        overlap_forward: compute ``Q_target(s')`` and ``Q_online(s')`` (no gradient) on a second
+            thread beside ``Q_online(s)`` (see the module); meant for a CPU learner with a core
+            to spare. Results are unchanged.
 
     Raises:
-        ValueError: ``amp`` that ``device`` cannot run.
+        ValueError: ``amp`` that ``device`` cannot run; ``overlap_forward`` with ``compile``.
     """
 
     def __init__(
@@ -134,6 +143,7 @@ class DQNAgent:
         compile: bool = False,
         amp: str = "off",
         fuse_forward: bool | None = None,
+        overlap_forward: bool = False,
     ):
         self.n_actions = n_actions
         self.obs_shape = tuple(obs_shape)
@@ -157,6 +167,12 @@ class DQNAgent:
                             else self.loss_terms)
         self._static: DeviceBatch | None = None  # the compiled graphs' input buffers
         self.rng = np.random.default_rng(seed)
+        if overlap_forward and compile:
+            raise ValueError("DQNAgent: overlap_forward=True cannot be combined with compile=True "
+                             "(a compiled network is not called from two threads); choose one")
+        # The second thread's executor, started on the first update (none while it is off).
+        self.overlap_forward = bool(overlap_forward)
+        self._next_pool: ThreadPoolExecutor | None = None
 
     # -- acting ----------------------------------------------------------------------------------
     def act(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
@@ -208,24 +224,46 @@ class DQNAgent:
             a gradient. Targets and loss are fp32 under ``amp`` too.
         """
         b = obs.shape[0]
-        autocast = (torch.autocast(self.device.type, dtype=self.amp_dtype) if self.amp_dtype is not None
-                    else contextlib.nullcontext())
         # Each batch of frames is scaled once, here, and shared by the passes that read it.
         x, next_x = self.online.scale(obs), self.online.scale(next_obs)
-        with autocast:
-            with torch.no_grad():
-                next_q_target = self.target.q_values(next_x).float()
-            if self.double and self.fuse_forward:
+        fused = self.double and self.fuse_forward
+        if self.overlap_forward:
+            if self._next_pool is None:
+                self._next_pool = ThreadPoolExecutor(1, thread_name_prefix="vecdqn-next-q")
+            # Grad mode and autocast are per thread: `_next_q` sets both on its own.
+            pending = self._next_pool.submit(self._next_q, next_x, not fused)
+        else:
+            next_q_target, next_q_online = self._next_q(next_x, not fused)
+        with self._autocast():
+            if fused:
                 q_both = self.online_q(torch.cat([x, next_x])).float()
                 q, next_q_online = q_both[:b], q_both[b:].detach()
             else:
-                with torch.no_grad():
-                    next_q_online = self.online_q(next_x).float() if self.double else next_q_target
                 q = self.online_q(x).float()
+        if self.overlap_forward:
+            next_q_target, online = pending.result()
+            if not fused:
+                next_q_online = online
         targets = double_dqn_target(rewards, discounts, next_q_online, next_q_target, self.double)
         q_taken = q.gather(1, actions.unsqueeze(1)).squeeze(1)
         loss, td_errors = td_loss(q_taken, targets, weights)
         return loss, td_errors, q_taken.detach().mean()
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        """bf16 autocast of the forward passes when ``amp`` asks for it (on the calling thread)."""
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def _next_q(self, next_x: torch.Tensor, online: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(Q_target(s'), Q_online(s') or None)``, both ``(B, A) float32`` without gradient, from
+        scaled next observations; ``online`` False skips the online pass (the Nature target reuses
+        the target network's values, the fused forward computes its own)."""
+        with torch.no_grad(), self._autocast():
+            next_q_target = self.target.q_values(next_x).float()
+            if not online:
+                return next_q_target, None
+            return next_q_target, (self.online_q(next_x).float() if self.double else next_q_target)
 
     def update_async(self, batch: DeviceBatch) -> PendingUpdate:
         """One gradient step on a `DeviceBatch` on this device (see `update`), without waiting

@@ -184,6 +184,9 @@ class Config:
     prefetch: bool | None = _f(None, "sample the next batch on a background thread during each update; "
                                      "priorities then arrive one update late (as in Ape-X); unset: on with a CUDA "
                                      "learner, off elsewhere (--no-prefetch: exact, synchronous)")
+    overlap_forward: bool = _f(False, "CPU learner: compute the next observations' target and online Q-values on a "
+                                      "second thread beside the batch's online forward pass (a core the env "
+                                      "workers leave idle); the same arithmetic, so a run changes only in speed")
     replay_device: str = _f("", "keep a copy of the replay's frames on this torch device (auto, cuda, cpu, ...) "
                                 "and gather batches there; empty: batches are copied out on the host")
 
@@ -336,6 +339,9 @@ class Config:
             )
         if self.preset and self.preset not in PRESETS:
             raise ValueError(f"--preset {self.preset!r} is unknown; choose one of {sorted(PRESETS)}")
+        if self.overlap_forward and self.compile:
+            raise ValueError("--overlap-forward cannot be combined with --compile (a compiled network is not called "
+                             "from two threads); drop one of them")
 
     def _validate_actors(self) -> None:
         """The distributed options (see `validate`)."""

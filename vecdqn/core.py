@@ -236,6 +236,7 @@ class TrainingCore:
             n_actions, obs_shape, self.device, learning_rate=self.schedules.learning_rate(0),
             adam_eps=c.adam_eps, max_grad_norm=c.max_grad_norm, double=c.double, dueling=c.dueling,
             hidden_size=c.hidden_size, seed=c.seed + 1, compile=c.compile, amp=c.amp,
+            overlap_forward=c.overlap_forward,
         )
         note = self._restore(reuse_replay) if self.resume_state is not None else ""
         prefetch = self.device.type == "cuda" if c.prefetch is None else c.prefetch

@@ -4,7 +4,9 @@ preset's network size, for each combination of torch threads, ``--amp`` and ``--
 This is the number a CPU run waits for: with one update per agent step it bounds the agent
 steps per second. Every variant is timed in each round (see `harness.interleaved`), so the
 ``ratio`` column compares them on the same machine state; the anchor is the first variant
-(the first thread count, fp32, eager).
+(the first thread count, fp32, eager). ``--overlap-forward`` variants (``overlap``) run the
+next-observation passes on a second thread (see `vecdqn.agent`); they are not combined with
+``--compile``, which the trainer refuses with it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from vecdqn.benchmarks.learner import random_batch
 __all__ = ["QUICK", "add_arguments", "run", "update_timer"]
 
 # --quick: one short timing per variant (the numbers mean little)
-QUICK = {"update_seconds": 0.1, "update_threads": [1], "update_amp": ["off"], "update_compile": ["off"]}
+QUICK = {"update_seconds": 0.1, "update_threads": [1], "update_amp": ["off"], "update_compile": ["off"],
+         "update_overlap": ["off"]}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="autocast variants (default off bf16)")
     group.add_argument("--update-compile", nargs="+", choices=["off", "on"], default=["off", "on"],
                        help="torch.compile variants (default off on)")
+    group.add_argument("--update-overlap", nargs="+", choices=["off", "on"], default=["off"],
+                       help="--overlap-forward variants (default off; 'off on' times both; never with compile)")
     group.add_argument("--update-batch-sizes", type=int, nargs="+", default=None, metavar="B",
                        help="batch sizes to time, in transitions per update (default: the preset's); the note gives "
                             "ms per sampled transition, to compare a batch of 2B every 2 agent steps with B "
@@ -50,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def update_timer(n_actions: int, screen_size: int, hidden_size: int, batch: int, threads: int, amp: str,
-                 compile: bool, seconds: float) -> Callable[[], float]:
+                 compile: bool, seconds: float, overlap: bool = False) -> Callable[[], float]:
     """A candidate for `harness.interleaved`: builds the agent and one staged random batch
     (``(B, 4, H, H) uint8`` frames) on first call, warms it up (compiling, if asked), then on
     every call returns the mean milliseconds per update over at least ``seconds``."""
@@ -65,7 +70,7 @@ def update_timer(n_actions: int, screen_size: int, hidden_size: int, batch: int,
         torch.set_num_threads(threads)
         if not state:
             agent = DQNAgent(n_actions, (4, screen_size, screen_size), torch.device("cpu"), hidden_size=hidden_size,
-                             seed=0, compile=compile, amp=amp)
+                             seed=0, compile=compile, amp=amp, overlap_forward=overlap)
             data = random_batch(batch, np.random.default_rng(0), screen_size=screen_size, n_actions=n_actions,
                                 gamma=0.98)
             state["agent"], state["batch"] = agent, stage(data, agent.device)
@@ -95,12 +100,16 @@ def run(args: argparse.Namespace) -> list[Row]:
     n_actions = check_env_starts(config)
     seconds = args.update_seconds
     variants, batch_of = {}, {}
-    for batch, threads, amp, compiled in itertools.product(batch_sizes, args.update_threads, args.update_amp,
-                                                           args.update_compile):
+    for batch, threads, amp, compiled, overlap in itertools.product(
+            batch_sizes, args.update_threads, args.update_amp, args.update_compile, args.update_overlap):
+        if compiled == "on" and overlap == "on":
+            continue
         name = f"{threads} thread{'s' if threads > 1 else ''}, {'bf16' if amp == 'bf16' else 'fp32'}" + (
-            ", compile" if compiled == "on" else "") + (f", batch {batch}" if len(batch_sizes) > 1 else "")
+            ", compile" if compiled == "on" else "") + (", overlap" if overlap == "on" else "") + (
+            f", batch {batch}" if len(batch_sizes) > 1 else "")
         variants[name], batch_of[name] = update_timer(n_actions, config.screen_size, config.hidden_size, batch,
-                                                      threads, amp, compiled == "on", seconds), batch
+                                                      threads, amp, compiled == "on", seconds,
+                                                      overlap == "on"), batch
     print(f"timing DQNAgent.update for --preset {args.update_preset} ({config.screen_size} px, "
           f"{config.hidden_size} hidden, {n_actions} actions, batch {', '.join(map(str, batch_sizes))}): "
           f"{len(variants)} variants x {args.repeats} rounds ...", flush=True)
