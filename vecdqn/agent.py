@@ -145,6 +145,9 @@ class DQNAgent:
         fuse_forward: bool | None = None,
         overlap_forward: bool = False,
     ):
+        if overlap_forward and compile:
+            raise ValueError("DQNAgent: overlap_forward=True cannot be combined with compile=True "
+                             "(a compiled network is not called from two threads); choose one")
         self.n_actions = n_actions
         self.obs_shape = tuple(obs_shape)
         self.device = device
@@ -167,12 +170,8 @@ class DQNAgent:
                             else self.loss_terms)
         self._static: DeviceBatch | None = None  # the compiled graphs' input buffers
         self.rng = np.random.default_rng(seed)
-        if overlap_forward and compile:
-            raise ValueError("DQNAgent: overlap_forward=True cannot be combined with compile=True "
-                             "(a compiled network is not called from two threads); choose one")
-        # The second thread's executor, started on the first update (none while it is off).
-        self.overlap_forward = bool(overlap_forward)
-        self._next_pool: ThreadPoolExecutor | None = None
+        # The second thread of `overlap_forward` (the executor starts it on the first update).
+        self._next_pool = ThreadPoolExecutor(1, thread_name_prefix="vecdqn-next-q") if overlap_forward else None
 
     # -- acting ----------------------------------------------------------------------------------
     def act(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
@@ -227,23 +226,17 @@ class DQNAgent:
         # Each batch of frames is scaled once, here, and shared by the passes that read it.
         x, next_x = self.online.scale(obs), self.online.scale(next_obs)
         fused = self.double and self.fuse_forward
-        if self.overlap_forward:
-            if self._next_pool is None:
-                self._next_pool = ThreadPoolExecutor(1, thread_name_prefix="vecdqn-next-q")
-            # Grad mode and autocast are per thread: `_next_q` sets both on its own.
-            pending = self._next_pool.submit(self._next_q, next_x, not fused)
-        else:
-            next_q_target, next_q_online = self._next_q(next_x, not fused)
+        # Grad mode and autocast are per thread: `_next_q` sets both on its own.
+        pending = self._next_pool.submit(self._next_q, next_x, not fused) if self._next_pool else None
         with self._autocast():
             if fused:
                 q_both = self.online_q(torch.cat([x, next_x])).float()
                 q, next_q_online = q_both[:b], q_both[b:].detach()
             else:
                 q = self.online_q(x).float()
-        if self.overlap_forward:
-            next_q_target, online = pending.result()
-            if not fused:
-                next_q_online = online
+        next_q_target, online = pending.result() if pending else self._next_q(next_x, not fused)
+        if not fused:
+            next_q_online = online
         targets = double_dqn_target(rewards, discounts, next_q_online, next_q_target, self.double)
         q_taken = q.gather(1, actions.unsqueeze(1)).squeeze(1)
         loss, td_errors = td_loss(q_taken, targets, weights)
