@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+
 import pytest
 import torch
 
@@ -55,3 +58,16 @@ def test_a_file_that_is_not_a_policy_checkpoint_is_a_checkpoint_error(tmp_path):
     path = checkpoint.save_atomic({"config": {}}, tmp_path / "c.pt")
     with pytest.raises(CheckpointError, match="not a vecdqn checkpoint"):
         load_policy(path)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_saved_files_get_the_umask_permissions_not_the_temporary_files_0600(tmp_path, umask):
+    old = os.umask(umask)
+    try:
+        path = checkpoint.save_atomic({"config": {}}, tmp_path / "c.pt")
+        plain = tmp_path / "plain"
+        plain.write_bytes(b"")  # what any other new file here gets
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == stat.S_IMODE(plain.stat().st_mode) == 0o666 & ~umask
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

@@ -48,6 +48,20 @@ __all__ = [
 CHECKPOINT_FORMAT = "vecdqn-checkpoint-2"
 
 
+def _umask() -> int:
+    """The process's file-creation mask, read without changing it (Linux's ``/proc/self/status``);
+    elsewhere set and restored at once, a moment in which another thread's new file could miss it."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 class CheckpointError(Exception):
     """A checkpoint file is missing, truncated or not a vecdqn checkpoint."""
 
@@ -55,7 +69,9 @@ class CheckpointError(Exception):
 def save_atomic(obj: Any, path: str | os.PathLike[str],
                 dump: Callable[[Any, IO[bytes]], None] | None = None) -> Path:
     """Write ``obj`` to ``path`` atomically (tmp file + fsync + rename) with ``dump(obj, file)``
-    (``torch.save`` by default; e.g. a pickle dump for the replay buffer). Returns the path.
+    (``torch.save`` by default; e.g. a pickle dump for the replay buffer). Returns the path. The
+    file gets the permissions any new file gets here (0666 less the umask: 0644 by default), not the
+    temporary file's private 0600.
 
     Raises:
         CheckpointError: the file could not be written (e.g. the disk is full), naming it and the
@@ -65,6 +81,7 @@ def save_atomic(obj: Any, path: str | os.PathLike[str],
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             (dump or torch.save)(obj, f)
             f.flush()
