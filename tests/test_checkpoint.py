@@ -60,7 +60,7 @@ def test_a_file_that_is_not_a_policy_checkpoint_is_a_checkpoint_error(tmp_path):
         load_policy(path)
 
 
-@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002], ids=["umask022", "umask077", "umask002"])
 def test_saved_files_get_the_umask_permissions_not_the_temporary_files_0600(tmp_path, umask):
     old = os.umask(umask)
     try:
