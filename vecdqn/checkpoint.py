@@ -22,7 +22,6 @@ import os
 import pickle
 import random
 import shutil
-import tempfile
 import time
 import uuid
 import zipfile
@@ -48,20 +47,6 @@ __all__ = [
 CHECKPOINT_FORMAT = "vecdqn-checkpoint-2"
 
 
-def _umask() -> int:
-    """The process's file-creation mask, read without changing it (Linux's ``/proc/self/status``);
-    elsewhere set and restored at once, a moment in which another thread's new file could miss it."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 class CheckpointError(Exception):
     """A checkpoint file is missing, truncated or not a vecdqn checkpoint."""
 
@@ -71,7 +56,7 @@ def save_atomic(obj: Any, path: str | os.PathLike[str],
     """Write ``obj`` to ``path`` atomically (tmp file + fsync + rename) with ``dump(obj, file)``
     (``torch.save`` by default; e.g. a pickle dump for the replay buffer). Returns the path. The
     file gets the permissions any new file gets here (0666 less the umask: 0644 by default), not the
-    temporary file's private 0600.
+    private 0600 of a ``tempfile.mkstemp`` file.
 
     Raises:
         CheckpointError: the file could not be written (e.g. the disk is full), naming it and the
@@ -79,9 +64,11 @@ def save_atomic(obj: Any, path: str | os.PathLike[str],
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # Created like any new file (mode 0666, which the kernel reduces by the umask), not with
+    # tempfile.mkstemp's private 0600; O_EXCL and a random name keep concurrent writers apart.
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             (dump or torch.save)(obj, f)
             f.flush()
