@@ -104,9 +104,10 @@ def run_quick(capsys, tmp_path, section: str, *extra: str) -> list[dict]:
 def test_quick_replay_section(capsys, tmp_path):
     rows = run_quick(capsys, tmp_path, "replay")
     ops = {(row["op"], row["impl"]) for row in rows}
-    for impl in ("python_loop", "vecdqn", "stacked"):
+    for impl in ("vecdqn", "stacked"):
         assert ("add", impl) in ops and ("sample+update", impl) in ops
-    assert {("sample+update", "copy_floor"), ("priorities", "vecdqn"), ("memory", "stacked"), ("rss", "vecdqn")} <= ops
+    assert {("sample+update", "copy_floor"), ("priorities", "vecdqn"), ("priorities", "python_loop"),
+            ("memory", "stacked"), ("rss", "vecdqn")} <= ops
     assert all(row["ratio"] == 1.0 for row in rows if row["impl"] == row["anchor"] and row["op"] != "memory")
 
 

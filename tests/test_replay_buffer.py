@@ -13,12 +13,11 @@ import numpy as np
 import pytest
 from replay_streams import FrameStackStream, decode, filled, tiny_stream
 
+from vecdqn.benchmarks.stacked_replay import StackedReplayBuffer
 from vecdqn.replay import (
     PrioritizedReplayBuffer,
-    PriorityIndex,
     ReplayIndexError,
     ReplaySample,
-    StackedReplayBuffer,
 )
 
 BUFFERS = [StackedReplayBuffer, PrioritizedReplayBuffer]
@@ -294,7 +293,7 @@ def test_replay_imports_only_numpy():
         assert outside <= {"numpy", "__future__", "dataclasses", "typing"}, (path.name, outside)
 
 
-def test_public_frames_view_and_priority_index_replacement():
+def test_public_frames_view():
     stream = FrameStackStream(n_envs=2, stack=4, seed=1, p_end=0.0)
     buffer = PrioritizedReplayBuffer(2 * 50, (4, 2, 3), seed=0)
     for _ in range(10):
@@ -306,14 +305,5 @@ def test_public_frames_view_and_priority_index_replacement():
     np.testing.assert_array_equal(frames[slots], obs[:, -1])  # a transition's slot holds obs' newest frame
     with pytest.raises(ValueError, match="read-only"):
         frames[0] = 1
-    # A replacement index with the same priorities serves the buffer from then on.
-    replacement = PriorityIndex(buffer.capacity)
-    replacement.load(buffer.priority_index.leaves().copy())
-    buffer.priority_index = replacement
-    assert buffer.priority_index is replacement and len(buffer) == replacement.count
-    buffer.add(*stream.step())
-    replacement.check_valid()
-    with pytest.raises(ValueError, match="99 leaves cannot serve a buffer of capacity 100"):
-        buffer.priority_index = PriorityIndex(99)
 
 

@@ -18,10 +18,10 @@ __all__ = ["LoopPriorityIndex", "SingleEnvLoop"]
 class LoopPriorityIndex:
     """The anchor of ``--replay`` (impl ``python_loop``): the textbook per-item sum tree and min
     tree (as in OpenAI baselines' segment trees), one Python loop iteration per tree level per
-    item. It has the interface a buffer needs of its priorities
-    (`vecdqn.replay.PriorityIndexProtocol`), so it can take the place of a buffer's
-    ``priority_index``. Updates propagate the change up the path; ``set`` writes in order, so a
-    repeated index keeps its last value.
+    item. It has `vecdqn.replay.PriorityIndex`'s interface (``get``, ``set``, ``find``, ``total``,
+    ``min_positive``, ``leaves``, ``load``), so the two are timed on the same operations. Updates
+    propagate the change up the path; ``set`` writes in order, so a repeated index keeps its last
+    value.
 
     Args:
         priorities: ``(C,) float64 >= 0``, the initial priorities (``load``).

@@ -52,7 +52,7 @@ def filled_buffer(capacity: int, seed: int = 0):
         next_obs = np.concatenate([obs[:, 1:], rng.integers(0, 256, (N_ENVS, 1, 84, 84), dtype=np.uint8)], axis=1)
         buffer.add(obs, zeros.astype(np.int64), zeros, next_obs, zeros.astype(bool))
         obs = next_obs
-    live = np.flatnonzero(buffer.priority_index.leaves() > 0)
+    live = np.flatnonzero(buffer.priorities(np.arange(buffer.capacity)) > 0)
     buffer.update_priorities(live, rng.exponential(size=live.size))
     return buffer
 

@@ -1,12 +1,14 @@
 """``--replay``: the replay buffers' add, sample + update and priority operations, and memory.
 
-`vecdqn.replay.PrioritizedReplayBuffer` (impl ``vecdqn``) against the same buffer with its
-priorities kept in a straightforward per-item Python-loop sum tree and min tree (impl
-``python_loop``, the anchor: `vecdqn.benchmarks.baselines.LoopPriorityIndex`, swapped in
-through the buffer's ``priority_index``) and against `StackedReplayBuffer` (impl ``stacked``).
+`vecdqn.replay.PrioritizedReplayBuffer` (impl ``vecdqn``) against
+`vecdqn.benchmarks.stacked_replay.StackedReplayBuffer` (impl ``stacked``, the anchor of ``add`` and
+``sample+update``), and its priority structure against a straightforward per-item Python-loop sum
+tree and min tree (impl ``python_loop``, the anchor of ``priorities``:
+`vecdqn.benchmarks.baselines.LoopPriorityIndex`, holding the same priorities).
 Ops: ``add`` of N envs' transitions (``batch_size`` = N); ``sample(B)`` followed by
-``update_priorities(B)`` at B = 32 and 512; ``priorities``, the same minus reading the
-transitions (find, weights, set: the part the tree's vectorization speeds up); and next to
+``update_priorities(B)`` at B = 32 and 512; ``priorities``, the structure alone: what those do
+besides reading the transitions (find, weights, set: the part the tree's vectorization speeds
+up); and next to
 sample+update, impl ``copy_floor``: the bare copy of the 2·B·S frames a sample returns, from
 places like a sample's in the same frame array, which no priority structure can speed up. All on
 buffers filled by the real ``add``. Then bytes per slot from the arrays' ``nbytes`` and the
@@ -25,7 +27,8 @@ import numpy as np
 
 from vecdqn.benchmarks.baselines import LoopPriorityIndex
 from vecdqn.benchmarks.harness import Row, available_memory_bytes, interleaved, rss_bytes, time_block
-from vecdqn.replay import PrioritizedReplayBuffer, StackedReplayBuffer, last_wins
+from vecdqn.benchmarks.stacked_replay import StackedReplayBuffer
+from vecdqn.replay import PrioritizedReplayBuffer, PriorityIndex, last_wins
 
 __all__ = ["OBS_SHAPE", "QUICK", "FrameStackData", "ReplayBench", "add_arguments", "run"]
 
@@ -98,10 +101,10 @@ def check_memory(capacity: int, small: int) -> None:
 class ReplayBench:
     """The filled buffers and the timed candidates over them.
 
-    ``main``: the vecdqn buffer of ``capacity`` slots, whose priorities switch between its own
-    index and the Python-loop one (`use`); ``stacked`` and ``side``: the stacked buffer and a
-    vecdqn buffer of ``small`` capacity. Each ``*_runner`` returns a candidate for
-    `interleaved`: a function that prepares itself and returns µs per call.
+    ``main``: the vecdqn buffer of ``capacity`` slots; ``vector_index`` and ``loop_index``: a
+    `PriorityIndex` and a Python-loop one holding its priorities; ``stacked`` and ``side``: the
+    stacked buffer and a vecdqn buffer of ``small`` capacity. Each ``*_runner`` returns a candidate
+    for `interleaved`: a function that returns µs per call.
     """
 
     def __init__(self, capacity: int, small: int, n_envs: int):
@@ -127,24 +130,17 @@ class ReplayBench:
         for buffer in (self.main, self.side, self.stacked):
             slots = np.flatnonzero(buffer.priorities(np.arange(buffer.capacity)) > 0)
             buffer.update_priorities(slots, self.rng.exponential(size=slots.size))
-        self.vector_index = self.main.priority_index
-        self.loop_index = LoopPriorityIndex(self.vector_index.leaves().copy())
+        priorities = self.main.priorities(np.arange(capacity))  # the tree's p^α
+        self.vector_index = PriorityIndex(capacity)
+        self.vector_index.load(priorities.copy())
+        self.loop_index = LoopPriorityIndex(priorities.copy())
 
-    def use(self, index) -> None:
-        """Switch the main buffer's priorities to ``index``, carrying the current values over
-        (outside the timing)."""
-        if self.main.priority_index is not index:
-            index.load(self.main.priority_index.leaves().copy())
-            self.main.priority_index = index
-
-    def add_runner(self, buffer, data: FrameStackData, index=None, calls: int = 100) -> Callable[[], float]:
+    def add_runner(self, buffer, data: FrameStackData, calls: int = 100) -> Callable[[], float]:
         def run() -> float:
-            if index is not None:
-                self.use(index)
             return time_block(lambda: data.add_to(buffer), calls) * 1e6
         return run
 
-    def sample_runner(self, buffer, batch: int, index=None, calls: int = 50) -> Callable[[], float]:
+    def sample_runner(self, buffer, batch: int, calls: int = 50) -> Callable[[], float]:
         td = self.rng.exponential(size=batch)
 
         def step() -> None:
@@ -152,8 +148,6 @@ class ReplayBench:
             buffer.update_priorities(sample.indices, td)
 
         def run() -> float:
-            if index is not None:
-                self.use(index)
             return time_block(step, calls) * 1e6
         return run
 
@@ -195,30 +189,28 @@ class ReplayBench:
             index.set(*dedupe(slots, td))
 
         def run() -> float:
-            self.use(index)
             return time_block(step, calls) * 1e6
         return run
 
 
-def timed_ops(bench: ReplayBench, n_envs: int, batches: list[int]) -> list[tuple[str, int, dict]]:
-    """``[(op, batch_size, {impl: candidate})]``; ``vecdqn@small`` is vecdqn at the small capacity."""
+def timed_ops(bench: ReplayBench, n_envs: int, batches: list[int]) -> list[tuple[str, int, str, dict]]:
+    """``[(op, batch_size, anchor, {impl: candidate})]``; ``vecdqn@small`` is vecdqn at the small
+    capacity."""
     b = bench
-    ops = [("add", n_envs, {
-        "python_loop": b.add_runner(b.main, b.main_data, b.loop_index, calls=20),
-        "vecdqn": b.add_runner(b.main, b.main_data, b.vector_index, calls=200),
+    ops = [("add", n_envs, "stacked", {
+        "vecdqn": b.add_runner(b.main, b.main_data, calls=200),
         "stacked": b.add_runner(b.stacked, b.stacked_data, calls=200),
         "vecdqn@small": b.add_runner(b.side, b.side_data, calls=200),
     })]
     for batch in batches:
-        ops.append(("sample+update", batch, {
-            "python_loop": b.sample_runner(b.main, batch, b.loop_index, calls=max(2, 256 // batch)),
-            "vecdqn": b.sample_runner(b.main, batch, b.vector_index, calls=max(4, 4096 // batch)),
+        ops.append(("sample+update", batch, "stacked", {
+            "vecdqn": b.sample_runner(b.main, batch, calls=max(4, 4096 // batch)),
             "stacked": b.sample_runner(b.stacked, batch, calls=max(4, 4096 // batch)),
             "vecdqn@small": b.sample_runner(b.side, batch, calls=max(4, 4096 // batch)),
             "copy_floor": b.floor_runner(batch, calls=max(4, 4096 // batch)),
         }))
     for batch in batches:
-        ops.append(("priorities", batch, {
+        ops.append(("priorities", batch, "python_loop", {
             "python_loop": b.priority_runner(b.loop_index, batch, calls=max(2, 256 // batch)),
             "vecdqn": b.priority_runner(b.vector_index, batch, calls=max(4, 4096 // batch)),
         }))
@@ -246,15 +238,14 @@ def run(args: argparse.Namespace) -> list[Row]:
     check_memory(capacity, small)
     bench = ReplayBench(capacity, small, args.replay_envs)
     rows: list[Row] = []
-    for op, batch, candidates in timed_ops(bench, args.replay_envs, args.replay_batches):
+    for op, batch, anchor, candidates in timed_ops(bench, args.replay_envs, args.replay_batches):
         print(f"timing {op} (batch {batch}) ...", flush=True)
-        result = interleaved(args.repeats, candidates, anchor="python_loop")
+        result = interleaved(args.repeats, candidates, anchor=anchor)
         for name, (value, ratio) in result.items():
             impl, cap = ("vecdqn", small) if name == "vecdqn@small" else \
                 (name, small if name == "stacked" else capacity)
             rows.append({"bench": "replay", "op": op, "impl": impl, "capacity": cap, "batch_size": batch,
-                         "value": value, "unit": "us/call", "ratio": ratio, "anchor": "python_loop"})
-    bench.use(bench.vector_index)
+                         "value": value, "unit": "us/call", "ratio": ratio, "anchor": anchor})
     rows += memory_rows(bench)
     print()
     return rows

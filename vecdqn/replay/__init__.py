@@ -1,4 +1,4 @@
-"""Prioritized experience replay: a vectorized sum tree and two replay buffers.
+"""Prioritized experience replay: a vectorized sum tree and a frame-once replay buffer.
 
 Shape legend (every docstring in the package uses it)::
 
@@ -7,8 +7,7 @@ Shape legend (every docstring in the package uses it)::
     B      batch size of ``sample`` / length of an index batch
     S      frame-stack depth, ``obs_shape[0]`` (4 for Atari)
     H, W   frame height and width (84, 84); ``obs_shape == (S, H, W)``
-    C      capacity: transitions of a `StackedReplayBuffer`, frame *slots* of a
-           `PrioritizedReplayBuffer` (see there)
+    C      capacity: frame *slots* of a `PrioritizedReplayBuffer` (see there)
 
 Sources:
 
@@ -26,33 +25,27 @@ Modules, one concern each:
 * `sum_tree`: `SumTree` (16-ary, vectorized prefix sums) and `PriorityIndex` (the sum tree with
   a min tree and the count: the buffers' priorities); `last_wins` for repeated indices.
 * `prioritized`: proportional sampling, importance weights and `update_priorities`, the base of
-  both buffers; `PriorityIndexProtocol`, what a buffer needs of its priorities.
+  the buffer.
 * `frames`: `FrameRings`, frame-once per-env rings and the stacks read back from them.
 * `nstep`: `NStepAccumulator`, the per-env queues of pending n-step windows.
 * `buffer`: `PrioritizedReplayBuffer` (frame-efficient, n-step; what the trainer uses).
-* `stacked`: `StackedReplayBuffer` (whole stacked observations; the reference for tests and
-  benchmarks).
-* `sample`: `ReplaySample`, the batch both return; `ReplaySlots`, the same batch as frame slots
+* `sample`: `ReplaySample`, the batch it returns; `ReplaySlots`, the same batch as frame slots
   (`PrioritizedReplayBuffer.sample_slots`). `checks`: argument checks, `ReplayIndexError`.
 """
 
 from vecdqn.replay.buffer import PrioritizedReplayBuffer
 from vecdqn.replay.checks import ReplayIndexError
 from vecdqn.replay.nstep import NStepAccumulator
-from vecdqn.replay.prioritized import PriorityIndexProtocol
 from vecdqn.replay.sample import ReplaySample, ReplaySlots
-from vecdqn.replay.stacked import StackedReplayBuffer
 from vecdqn.replay.sum_tree import PriorityIndex, SumTree, last_wins
 
 __all__ = [
     "NStepAccumulator",
     "PrioritizedReplayBuffer",
     "PriorityIndex",
-    "PriorityIndexProtocol",
     "ReplayIndexError",
     "ReplaySample",
     "ReplaySlots",
-    "StackedReplayBuffer",
     "SumTree",
     "last_wins",
 ]

@@ -12,7 +12,7 @@ total (Appendix B.2.1); importance-sampling weights ``w_i = (N·P(i))^-β / max_
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -20,46 +20,11 @@ from vecdqn.replay.checks import check_indices, check_int
 from vecdqn.replay.sample import ReplaySample
 from vecdqn.replay.sum_tree import PriorityIndex, SumTree, last_wins
 
-__all__ = ["PriorityIndexProtocol", "ReplayBase"]
-
-
-class PriorityIndexProtocol(Protocol):
-    """What a buffer needs of its priorities: `PriorityIndex` is the one it makes; another
-    (a slower reference, for a benchmark) can take its place through `ReplayBase.priority_index`.
-
-    Priorities are ``p^α`` per slot, float64; 0 marks a slot with no sampleable transition.
-    ``B`` index batches are ``(B,) int64`` in ``[0, C)``.
-    """
-
-    count: int  # slots with a positive priority
-
-    @property
-    def total(self) -> float:
-        """Sum of all priorities."""
-
-    @property
-    def min_positive(self) -> float:
-        """The smallest positive priority (inf when there is none)."""
-
-    def get(self, idx: np.ndarray) -> np.ndarray:
-        """``(B,) int64 -> (B,) float64`` priorities."""
-
-    def set(self, idx: np.ndarray, values: np.ndarray) -> None:
-        """Set unique slots ``(B,) int64`` to priorities ``(B,) float64 >= 0``."""
-
-    def find(self, prefix_sums: np.ndarray) -> np.ndarray:
-        """``(B,) float64 -> (B,) int64``: the slot whose cumulative interval holds each prefix
-        sum, never one of priority 0."""
-
-    def leaves(self) -> np.ndarray:
-        """``(C,) float64`` every priority."""
-
-    def load(self, priorities: np.ndarray) -> None:
-        """Replace every priority with ``(C,) float64 >= 0``."""
+__all__ = ["ReplayBase"]
 
 
 class ReplayBase:
-    """Priorities, sampling and weights shared by both buffers. Subclasses store the data
+    """Priorities, sampling and weights shared by the buffers. Subclasses store the data
     (``add``) and read it back (``_fetch``).
 
     Raises:
@@ -88,7 +53,7 @@ class ReplayBase:
         self._alpha, self._eps, self._gamma = alpha, eps, gamma
         self._n_step = check_int("n_step", n_step, 1)
         self._rng = np.random.default_rng(seed)
-        self._index: PriorityIndexProtocol = PriorityIndex(self._capacity)
+        self._index = PriorityIndex(self._capacity)
         self._max_priority = 1.0  # in |δ| + ε units; Schaul et al. start at 1 (Alg. 1, line 6)
 
     # read-only configuration
@@ -118,24 +83,10 @@ class ReplayBase:
         return self._index.tree
 
     @property
-    def priority_index(self) -> PriorityIndexProtocol:
-        """The priorities' structure (a `PriorityIndex` unless replaced). Assigning another
-        object with the `PriorityIndexProtocol` interface and ``C`` leaves makes the buffer use it
-        from then on (``nbytes`` and ``tree`` then need it to have them too); `load` it with
-        ``leaves()`` of the current one first to carry the priorities over.
-
-        Raises (on assignment):
-            ValueError: an index whose ``leaves()`` do not have ``C`` entries.
-        """
+    def priority_index(self) -> PriorityIndex:
+        """The priorities' structure (`PriorityIndex`), for the subclasses' ``add``; change
+        priorities through `update_priorities`."""
         return self._index
-
-    @priority_index.setter
-    def priority_index(self, index: PriorityIndexProtocol) -> None:
-        size = len(index.leaves())
-        if size != self._capacity:
-            raise ValueError(f"a priority index of {size} leaves cannot serve a buffer of capacity "
-                             f"{self._capacity}; make it with {self._capacity} leaves")
-        self._index = index
 
     def __len__(self) -> int:
         """Number of sampleable transitions."""

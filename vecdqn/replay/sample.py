@@ -62,9 +62,6 @@ class ReplaySample:
         """All eight field names."""
         return (*self._fields, "discounts")
 
-    def as_dict(self) -> dict[str, np.ndarray]:
-        return {name: getattr(self, name) for name in self.keys()}
-
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ReplaySlots:

@@ -322,7 +322,7 @@ class PriorityIndex:
     like the sum tree's, and `min_positive` is the minimum of the top (at most 4096 nodes).
 
     The buffers use it through ``get``, ``set``, ``find``, ``total``, ``min_positive``,
-    ``count``, ``leaves``, ``load`` and ``nbytes`` (the protocol `vecdqn.replay.prioritized.PriorityIndexProtocol`).
+    ``count``, ``leaves``, ``load`` and ``nbytes``.
 
     Args:
         capacity: number of slots ``C``, >= 1.
