@@ -169,12 +169,7 @@ def format_table(result: EvalResult, policy: Policy) -> str:
     s = result.stats
     step = f" (agent step {policy.step})" if policy.step is not None else ""
     game = result.game
-    if result.length_unit != "frames":
-        noops = "no no-op starts (not an ALE game)"
-    elif result.noop_max:
-        noops = f"1..{result.noop_max} no-op frames"
-    else:
-        noops = "no no-op starts"
+    noops = f"1..{result.noop_max} no-op frames" if result.noop_max else "no no-op starts"
     rows = [
         ("checkpoint", f"{policy.path}{step}"),
         ("env", f"{result.env_id}" + (f" (game {game})" if game else "")),

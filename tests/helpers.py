@@ -4,8 +4,9 @@ from pathlib import Path
 
 import gymnasium as gym
 
-from vecdqn.catch import Catch
-from vecdqn.config import PRESETS, Config
+from vecdqn.config import Config
+from vecdqn.envs.catch import Catch
+from vecdqn.presets import PRESETS
 
 
 def catch_config(tmp_path: Path, **overrides) -> Config:
@@ -15,6 +16,20 @@ def catch_config(tmp_path: Path, **overrides) -> Config:
               "seed": 7, "n_step": 3}
     values.update(overrides)
     return Config(**values)
+
+
+class ReplayOnly:
+    """What `vecdqn.distributed.blocks.BlockIngest` writes through, without a learner: ``store`` is
+    the replay's ``add``, ``set_priorities`` its ``update_priorities``."""
+
+    def __init__(self, buffer):
+        self.buffer = buffer
+
+    def store(self, *transitions, envs=None):
+        return self.buffer.add(*transitions, envs=envs)
+
+    def set_priorities(self, slots, td_errors):
+        self.buffer.update_priorities(slots, td_errors)
 
 
 class RaisingCatch(Catch):

@@ -9,8 +9,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import vecdqn  # noqa: F401  (registers vecdqn/Catch-v0)
-from vecdqn.catch import CELL_HEIGHT, CELL_WIDTH, COLUMNS, ROWS, Catch
-from vecdqn.wrappers import make_env
+from vecdqn.envs import make_env
+from vecdqn.envs.catch import CELL_HEIGHT, CELL_WIDTH, COLUMNS, ROWS, Catch
 
 
 def play(env: Catch, policy) -> tuple[list[float], list[bool]]:

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from vecdqn.cli import UsageError, build_parser, check_ale_options, parse_args, parse_config
-from vecdqn.config import PRESETS, Config, default_torch_threads
+from vecdqn.cli import UsageError, build_parser, check_options_apply, parse_args, parse_config
+from vecdqn.config import Config, default_torch_threads
+from vecdqn.envs import check_family_options
+from vecdqn.presets import PRESETS
 from vecdqn.schedules import PiecewiseLinear
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,20 +77,31 @@ def test_bad_values_exit_2_with_one_line(argv, message, capsys):
 
 def test_atari_only_options_are_refused_for_catch_and_kept_for_ale_games():
     """An Atari-only option given for Catch would be ignored: refused, naming it and the env."""
-    config, given = parse_config(["--preset", "catch", "--frame-skip", "2", "--no-episodic-life"])
-    with pytest.raises(UsageError, match=r"--frame-skip, --episodic-life only apply to ALE games; "
-                                         r"--env-id vecdqn/Catch-v0 is not one"):
-        check_ale_options(given, config.env_id)
-    config, given = parse_config(["--env-id", "vecdqn/Catch-v0", "--max-episode-frames", "90"])
-    with pytest.raises(UsageError, match="--max-episode-frames only applies to ALE games"):
-        check_ale_options(given, config.env_id)
+    with pytest.raises(UsageError, match=r"--frame-skip, --episodic-life do not apply to --env-id vecdqn/Catch-v0, "
+                                         r"an env of the Catch family, which takes only --frame-stack, --screen-size"):
+        parse_config(["--preset", "catch", "--frame-skip", "2", "--no-episodic-life"])
+    with pytest.raises(UsageError, match="--max-episode-frames does not apply to --env-id vecdqn/Catch-v0"):
+        parse_config(["--env-id", "vecdqn/Catch-v0", "--max-episode-frames", "90"])
     # What Catch uses, the Atari defaults it ignores, and Atari-only options for an ALE game pass.
-    check_ale_options(parse_config(["--preset", "catch", "--screen-size", "50", "--frame-stack", "2"])[1],
-                      "vecdqn/Catch-v0")
-    check_ale_options(parse_config(["--preset", "catch"])[1], "vecdqn/Catch-v0")
+    config, given = parse_config(["--preset", "catch", "--screen-size", "50", "--frame-stack", "2"])
+    check_options_apply(given, config)
+    check_family_options(parse_config(["--preset", "catch"])[1], "vecdqn/Catch-v0")
     for env_id in ("BreakoutNoFrameskip-v4", "ALE/Pong-v5"):
-        check_ale_options({"frame_skip", "noop_max", "fire_reset"}, env_id)
-    check_ale_options({"frame_skip"}, "NoSuchGame-v0")  # left to the preflight, which names close ids
+        check_family_options({"frame_skip", "noop_max", "fire_reset"}, env_id)
+    check_family_options({"frame_skip"}, "NoSuchGame-v0")  # left to the preflight, which names close ids
+
+
+def test_an_atari_only_value_for_catch_is_refused_before_any_worker_starts(tmp_path):
+    """Through the library too: a Config whose Atari-only option is set away from its default for
+    Catch is refused by the preflight (one line naming it), not silently ignored."""
+    from helpers import catch_config
+
+    from vecdqn.preflight import ConfigError
+    from vecdqn.trainer import Trainer
+
+    with pytest.raises(ConfigError, match=r"frame_skip=2: vecdqn/Catch-v0 is an env of the Catch family"):
+        Trainer(catch_config(tmp_path, frame_skip=2), progress=False)
+    assert not any(tmp_path.iterdir())
 
 
 def test_train_script_help_lists_units_and_defaults():

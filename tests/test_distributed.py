@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
-from helpers import catch_config
+from helpers import ReplayOnly, catch_config
 from replay_streams import reference_transitions
 
 from vecdqn import checkpoint, cli, preflight
@@ -74,7 +74,7 @@ def test_blocks_reach_the_replay_exactly(tmp_path):
     c = catch_config(tmp_path, actors=2, actor_envs=2, n_step=3, gamma=0.9)
     shape = (4, c.screen_size, c.screen_size)
     buffer = PrioritizedReplayBuffer(4_000, shape, n_step=3, gamma=0.9, seed=0)
-    ingest = BlockIngest(buffer, actors=2, actor_envs=2)
+    ingest = BlockIngest(ReplayOnly(buffer), actors=2, actor_envs=2)
     logs = {0: [[]], 1: [[]]}  # actor -> one log per process
     actors = [Actor(i, c, eps, 100 * i, 3, shape) for i, eps in enumerate(apex_epsilons(2))]
     try:
@@ -124,7 +124,7 @@ def test_a_block_split_in_two_files_as_the_whole_block(tmp_path):
     finally:
         actor.close()
     whole, parts = (PrioritizedReplayBuffer(2_000, shape, n_step=3, gamma=0.9, seed=0) for _ in range(2))
-    whole_ingest, parts_ingest = BlockIngest(whole, 1, 2), BlockIngest(parts, 1, 2)
+    whole_ingest, parts_ingest = BlockIngest(ReplayOnly(whole), 1, 2), BlockIngest(ReplayOnly(parts), 1, 2)
     for block in blocks:
         assert whole_ingest.ingest(block)
         head, rest = block.split(5)
@@ -228,7 +228,7 @@ def test_two_actors_feed_one_replay(tmp_path, local_ray):
     trainer = distributed(tmp_path)
     summary = trainer.run()
     assert summary["steps"] == 480 and summary["updates"] > 50 and summary["actor_restarts"] == 0
-    written = trainer.buffer.slots_written
+    written = trainer.core.learner.buffer.slots_written
     assert written.shape == (4,) and (written > 16).all()  # every env of both actors (2+ blocks each)
     assert all(v > 0 for v in trainer.pool.versions)  # both played with published weights
     scalars = tags(summary["run_dir"])
@@ -243,12 +243,12 @@ def test_killed_actor_is_restarted_and_the_run_finishes(tmp_path, local_ray):
     thread = threading.Thread(target=lambda: result.update(trainer.run()), daemon=True)
     thread.start()
     deadline = time.monotonic() + 180  # generous: a shared machine can be slow to start actors
-    while (trainer.pool is None or trainer.step < 200) and time.monotonic() < deadline and thread.is_alive():
+    while (trainer.pool is None or trainer.core.state.step < 200) and time.monotonic() < deadline and thread.is_alive():
         time.sleep(0.1)
     os.kill(trainer.pool.pids()[1], signal.SIGKILL)
     thread.join(timeout=600)
     if thread.is_alive():  # stop it before failing: a run left going would outlive the Ray fixture
-        trainer.stop.signum = signal.SIGTERM
+        trainer.core.stop.signum = signal.SIGTERM
         thread.join(timeout=120)
         pytest.fail("the run did not finish within 10 minutes of the actor's restart")
     assert result["steps"] == 1_200 and result["actor_restarts"] == 1
@@ -261,7 +261,7 @@ def test_an_actor_whose_env_raises_stops_the_run_with_a_checkpoint(tmp_path, loc
     failed env worker of the single-process trainer."""
     from helpers import RAISING_CATCH_ID, register_test_envs
 
-    from vecdqn.vector import WorkerError
+    from vecdqn.envs import WorkerError
 
     register_test_envs()
     trainer = distributed(tmp_path, env_id=RAISING_CATCH_ID, total_steps=4_000, run_name="run")
@@ -270,8 +270,8 @@ def test_an_actor_whose_env_raises_stops_the_run_with_a_checkpoint(tmp_path, loc
     message = str(failure.value)
     assert re.fullmatch(r"actor 1 failed: env 1 failed at agent step \d+: RuntimeError: emulator exploded on step 50",
                         message), message
-    saved = checkpoint.load(trainer.worker_checkpoint)
-    assert trainer.worker_checkpoint == tmp_path / "run" / "checkpoints" / "latest.pt"
+    saved = checkpoint.load(trainer.core.failure_checkpoint)
+    assert trainer.core.failure_checkpoint == tmp_path / "run" / "checkpoints" / "latest.pt"
     assert 0 < saved["train_state"]["step"] < 4_000
 
 
@@ -298,8 +298,8 @@ def test_the_device_copy_of_the_frames_follows_the_actors_blocks(tmp_path, local
     batches are gathered from (it stayed all zeros)."""
     trainer = distributed(tmp_path, replay_device="cpu")
     assert trainer.run()["updates"] > 50
-    frames = trainer.pipeline.frames.frames.numpy()
-    assert trainer.buffer.frames.any() and np.array_equal(frames, trainer.buffer.frames)
+    frames = trainer.core.learner.pipeline.frames.frames.numpy()
+    assert trainer.core.learner.buffer.frames.any() and np.array_equal(frames, trainer.core.learner.buffer.frames)
 
 
 def test_prefetch_never_adds_to_the_replay_while_a_draw_runs(tmp_path, local_ray, monkeypatch):
@@ -327,7 +327,7 @@ def test_prefetch_never_adds_to_the_replay_while_a_draw_runs(tmp_path, local_ray
     monkeypatch.setattr(PrioritizedReplayBuffer, "add", watched_add)
     trainer = distributed(tmp_path, prefetch=True)
     trainer.run()
-    assert trainer.pipeline.prefetch and counts["draws"] > 50 and counts["adds"] > 100
+    assert trainer.core.learner.pipeline.prefetch and counts["draws"] > 50 and counts["adds"] > 100
     assert counts["overlaps"] == 0
 
 
@@ -345,8 +345,8 @@ def test_resume_with_actors_refills_a_new_replay(tmp_path, local_ray, actor_envs
     overrides = {"actors": 1, "actor_envs": actor_envs, "total_steps": 500, **overrides}
     trainer = DistributedTrainer.from_checkpoint(tmp_path / "run", overrides, progress=False, handle_signals=False)
     summary = trainer.run()
-    assert summary["steps"] == 500 and summary["updates"] > trainer.state.update_offset
-    assert trainer.state.learn_from == 300 + 100 and trainer.buffer.n_envs == actor_envs
+    assert summary["steps"] == 500 and summary["updates"] > trainer.core.state.update_offset
+    assert trainer.core.state.learn_from == 300 + 100 and trainer.core.learner.buffer.n_envs == actor_envs
     assert not trainer.config.save_replay
 
 

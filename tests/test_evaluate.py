@@ -18,10 +18,11 @@ from helpers import catch_config
 
 from vecdqn import checkpoint
 from vecdqn.checkpoint import load_policy
-from vecdqn.config import PRESETS, Config
+from vecdqn.config import Config
 from vecdqn.curves import read_run
 from vecdqn.evaluation import evaluate, periodic_eval_seed
 from vecdqn.model import QNetwork
+from vecdqn.presets import PRESETS
 from vecdqn.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]

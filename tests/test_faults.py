@@ -21,9 +21,11 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from vecdqn import checkpoint, cli, preflight, safe_pickle
 from vecdqn.checkpoint import CheckpointError
 from vecdqn.config import Config
+from vecdqn.envs import WorkerError, make_env
+from vecdqn.envs.state import set_env_state
 from vecdqn.metrics import MetricsLogger
-from vecdqn.trainer import ConfigError, Trainer, WorkerError
-from vecdqn.wrappers import make_env, set_env_state
+from vecdqn.preflight import ConfigError
+from vecdqn.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,17 +51,17 @@ def test_worker_killed_between_steps_is_named_and_checkpointed(tmp_path):
     killed = []
 
     def kill_after_logging(trainer):
-        if trainer.state.step >= 400 and not killed:
+        if trainer.core.state.step >= 400 and not killed:
             worker = trainer.envs.envs.processes[1]
             worker.kill()  # SIGKILL after its reply was read: the next call is step_async
             worker.join(10)
-            killed.append(trainer.state.step)
+            killed.append(trainer.core.state.step)
 
     trainer = Trainer(catch_config(tmp_path, total_steps=4_000, run_name="run"), progress=False,
                       handle_signals=False, on_step=kill_after_logging)
     with pytest.raises(WorkerError, match=r"^env 1 failed at agent step \d+"):
         trainer.run()
-    assert killed and checkpoint.load(trainer.worker_checkpoint)["train_state"]["step"] >= killed[0]
+    assert killed and checkpoint.load(trainer.core.failure_checkpoint)["train_state"]["step"] >= killed[0]
     assert trainer.envs.closed and not live_children()
 
 
@@ -117,8 +119,8 @@ def test_resumed_run_has_one_value_per_step_in_tensorboard(tmp_path):
         from vecdqn.trainer import Trainer
         from helpers import catch_config
         def log_then_die(trainer):  # called after each vector step's logging
-            if trainer.state.step >= 1_000:
-                trainer.logger.writer.flush()
+            if trainer.core.state.step >= 1_000:
+                trainer.core.flush_logs()
                 os._exit(9)  # killed hard at step 1,000; the last checkpoint is step 800
         Trainer(catch_config({str(tmp_path)!r}, total_steps=2_000, checkpoint_every=400, run_name="run"),
                 progress=False, on_step=log_then_die).run()

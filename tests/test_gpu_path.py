@@ -263,8 +263,9 @@ def test_trainer_runs_with_prefetch_and_device_frames(tmp_path, device):
                           device=device, **options)
     trainer = Trainer(config, progress=False, handle_signals=False)
     summary = trainer.run()
-    assert summary["updates"] == 51 and trainer.pipeline.prefetch and trainer.pipeline.frames is not None
-    np.testing.assert_array_equal(trainer.pipeline.frames.frames.cpu().numpy(), trainer.buffer.frames)
+    learner = trainer.core.learner
+    assert summary["updates"] == 51 and learner.pipeline.prefetch and learner.pipeline.frames is not None
+    np.testing.assert_array_equal(learner.pipeline.frames.frames.cpu().numpy(), learner.buffer.frames)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -11,36 +11,44 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "vecdqn"
 
 # module (a path under vecdqn/, without .py) -> top-level packages / vecdqn modules it must not import
+ENV_SIDE = sorted(f"envs/{path.stem}" for path in (PACKAGE / "envs").glob("*.py"))
+LEARNING = {"vecdqn.agent", "vecdqn.model", "vecdqn.replay", "vecdqn.trainer", "vecdqn.core", "vecdqn.metrics",
+            "vecdqn.config", "vecdqn.dqn", "vecdqn.pqn", "vecdqn.pipeline", "vecdqn.staging"}
 FORBIDDEN = {
-    # config may import only the preset table (plain data) of the package
-    "config": {"torch", "numpy", "gymnasium", "ale_py", "cv2", *(f"vecdqn.{p.stem}" for p in PACKAGE.glob("*.py")
-                                                                  if p.stem not in ("presets", "__init__")),
-               "vecdqn.replay", "vecdqn.benchmarks"},
+    # config may import only plain-data modules of the package: the presets, the schedules' points,
+    # the env options (standard library only)
+    "config": {"torch", "numpy", "gymnasium", "ale_py", "cv2",
+               *(f"vecdqn.{p.stem}" for p in PACKAGE.glob("*.py")
+                 if p.stem not in ("presets", "schedules", "__init__")),
+               "vecdqn.replay", "vecdqn.benchmarks", "vecdqn.envs.make", "vecdqn.envs.family", "vecdqn.envs.vector",
+               "vecdqn.envs.wrappers"},
     "presets": {"torch", "numpy", "gymnasium", "ale_py", "cv2", "vecdqn"},
     "schedules": {"torch", "numpy", "gymnasium", "vecdqn"},
+    "envs/options": {"torch", "numpy", "gymnasium", "ale_py", "cv2", *LEARNING, "vecdqn.envs.make"},
+    "values": {"torch", "numpy", "gymnasium", "ale_py", "cv2", "vecdqn"},
     **{f"replay/{path.stem}": {"torch", "gymnasium", "ale_py", "cv2", "vecdqn.agent", "vecdqn.model", "vecdqn.trainer"}
        for path in (PACKAGE / "replay").glob("*.py")},  # every module of the replay package
-    "wrappers": {"torch", "vecdqn.agent", "vecdqn.model", "vecdqn.replay", "vecdqn.trainer", "vecdqn.metrics"},
-    "envs": {"torch", "vecdqn.agent", "vecdqn.model", "vecdqn.replay", "vecdqn.trainer", "vecdqn.metrics"},
+    # the env side: nothing of the learner, the run or its configuration
+    **{module: {"torch", *LEARNING} for module in ENV_SIDE},
     # the one module that names ALE and gymnasium internals: nothing of vecdqn's own
-    "ale_direct": {"torch", "cv2", "vecdqn"},
-    "vector": {"torch", "vecdqn.agent", "vecdqn.model", "vecdqn.replay", "vecdqn.trainer", "vecdqn.metrics"},
-    "model": {"gymnasium", "ale_py", "cv2", "vecdqn.replay", "vecdqn.wrappers", "vecdqn.trainer"},
-    "agent": {"gymnasium", "ale_py", "cv2", "vecdqn.replay", "vecdqn.wrappers", "vecdqn.vector", "vecdqn.trainer"},
+    "envs/ale_direct": {"torch", "cv2", "vecdqn"},
+    "acting": {"gymnasium", "ale_py", "cv2", "torch", "vecdqn"},
+    "model": {"gymnasium", "ale_py", "cv2", "vecdqn.replay", "vecdqn.envs", "vecdqn.trainer"},
+    "agent": {"gymnasium", "ale_py", "cv2", "vecdqn.replay", "vecdqn.envs", "vecdqn.trainer"},
+    "dqn": {"gymnasium", "ale_py", "cv2", "vecdqn.envs", "vecdqn.trainer", "vecdqn.core"},
     "metrics": {"gymnasium", "ale_py", "vecdqn.agent", "vecdqn.replay", "vecdqn.trainer", "wandb"},
     # wandb is optional and imported lazily, by tracking alone; it logs no scalar of its own.
     "tracking": {"torch", "numpy", "gymnasium", "vecdqn.trainer", "vecdqn.agent", "vecdqn.replay"},
-    "evaluation": {"vecdqn.trainer", "vecdqn.replay", "vecdqn.vector", "vecdqn.metrics"},
+    "evaluation": {"vecdqn.trainer", "vecdqn.replay", "vecdqn.envs.vector", "vecdqn.metrics"},
     "scores": {"torch", "numpy", "gymnasium", "ale_py", "cv2", "vecdqn"},
     # metrics imports video: no gymnasium or ale_py here either.
     "video": {"torch", "gymnasium", "ale_py", "vecdqn.trainer", "vecdqn.replay", "vecdqn.agent", "vecdqn.metrics"},
-    "frame_tap": {"torch", "vecdqn.trainer", "vecdqn.replay", "vecdqn.agent", "vecdqn.model"},
     "checkpoint": {"gymnasium", "ale_py", "vecdqn.trainer", "vecdqn.agent", "vecdqn.replay", "vecdqn.evaluation"},
-    "catch": {"torch", "vecdqn.agent", "vecdqn.model", "vecdqn.replay", "vecdqn.trainer"},
     "safe_pickle": {"torch", "gymnasium", "ale_py", "cv2", "vecdqn"},
     # the device is picked by vecdqn.staging: no learner needed for it
-    "preflight": {"vecdqn.trainer", "vecdqn.cli", "vecdqn.metrics", "vecdqn.evaluation", "vecdqn.vector",
+    "preflight": {"vecdqn.trainer", "vecdqn.cli", "vecdqn.metrics", "vecdqn.evaluation", "vecdqn.envs.vector",
                   "vecdqn.agent"},
+    "resume": {"torch", "gymnasium", "vecdqn.trainer", "vecdqn.core", "vecdqn.agent", "vecdqn.envs.vector"},
     "trainer": {"vecdqn.cli", "vecdqn.benchmarks", "vecdqn.distributed", "ray"},
     "core": {"vecdqn.trainer", "vecdqn.cli", "vecdqn.benchmarks", "vecdqn.distributed", "ray"},
     "curves": {"torch", "matplotlib", "gymnasium", "vecdqn.trainer", "vecdqn.agent"},
@@ -50,8 +58,8 @@ FORBIDDEN = {
     "distributed/blocks": {"ray", "torch", "gymnasium", "vecdqn.agent", "vecdqn.trainer"},
     "distributed/actor": {"vecdqn.agent", "vecdqn.trainer", "vecdqn.distributed.pool"},
     "staging": {"gymnasium", "ale_py", "cv2", "vecdqn"},
-    "device_replay": {"gymnasium", "ale_py", "cv2", "vecdqn.agent", "vecdqn.trainer", "vecdqn.vector"},
-    "pipeline": {"gymnasium", "ale_py", "cv2", "vecdqn.trainer", "vecdqn.vector", "vecdqn.metrics"},
+    "device_replay": {"gymnasium", "ale_py", "cv2", "vecdqn.agent", "vecdqn.trainer", "vecdqn.envs"},
+    "pipeline": {"gymnasium", "ale_py", "cv2", "vecdqn.trainer", "vecdqn.envs", "vecdqn.metrics"},
     # The tuner runs trials as train.py processes: it never trains in its own process, and only
     # the study module imports Optuna (an optional extra).
     **{f"tuning/{path.stem}": {"vecdqn.trainer", "vecdqn.agent", "vecdqn.replay", "vecdqn.metrics", "torch"}
@@ -159,3 +167,117 @@ def test_the_private_name_check_finds_a_subclass_reaching_into_its_parent(tmp_pa
                      "        return self._update(self._ok) + self.core._clock\n")
     assert private_uses(child) == ["line 1: from vecdqn.trainer import _helper", "line 6: self._update",
                                    "line 6: self.core._clock"]
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """``{module: the vecdqn modules it imports at the top level}`` for every module of the
+    package (imports inside functions, and under ``if TYPE_CHECKING:``, are not load-time edges).
+    A package's ``__init__`` counts as imported with any of its modules."""
+    modules = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text())
+        edges = set()
+        for node in tree.body:  # top level only
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            for target in targets:
+                parts = target.split(".")
+                for i in range(1, len(parts) + 1):  # a module and the packages it sits in
+                    if ".".join(parts[:i]) in modules and ".".join(parts[:i]) != name:
+                        edges.add(".".join(parts[:i]))
+        graph[name] = edges
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` as ``[a, b, ..., a]``, or None."""
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt] if nxt in path else [node, nxt]
+            if nxt not in state:
+                found = visit(nxt, path + [nxt])
+                if found:
+                    return found
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state:
+            found = visit(start, [start])
+            if found:
+                return found
+    return None
+
+
+def test_the_package_has_no_import_cycle():
+    graph = import_graph()
+    assert "vecdqn.envs.make" in graph["vecdqn.envs"]
+    # A package's modules import their package's __init__ (Python runs it first): skip those edges.
+    for name in graph:
+        graph[name] = {m for m in graph[name] if not name.startswith(m + ".")}
+    assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_rooms_stay_small(path):
+    """No module over 500 lines and no class over 300: a room owns one thing."""
+    text = path.read_text()
+    assert len(text.splitlines()) <= 500, f"{path.relative_to(ROOT)} has {len(text.splitlines())} lines"
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ClassDef):
+            lines = node.end_lineno - node.lineno + 1
+            assert lines <= 300, f"class {node.name} of {path.relative_to(ROOT)} has {lines} lines"
+
+
+def env_family_tests(path: Path) -> list[str]:
+    """Where a module outside `vecdqn.envs` tells env families apart itself rather than reading
+    `vecdqn.envs.env_family`: an ``is_ale``-style name, or a comparison of an emulator handle
+    (``.ale``), an entry point or a length unit, or ``getattr(..., "ale")``."""
+    found = []
+
+    def family_operand(node: ast.AST) -> bool:
+        return ((isinstance(node, ast.Attribute) and node.attr in ("ale", "entry_point"))
+                or (isinstance(node, ast.Constant) and node.value in ("frames", "env steps")))
+
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Name) and "is_ale" in node.id.lower():
+            found.append(f"line {node.lineno}: {node.id}")
+        elif isinstance(node, ast.Attribute) and "is_ale" in node.attr:
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Compare) and any(family_operand(n) for n in (node.left, *node.comparators)):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+              and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value == "ale"):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+@pytest.mark.parametrize("path", [p for p in SOURCES if "envs" not in p.relative_to(PACKAGE.parent).parts],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_only_the_env_side_tells_env_families_apart(path):
+    assert not env_family_tests(path), f"{path.relative_to(ROOT)}: ask vecdqn.envs.env_family instead"
+
+
+def test_the_family_check_finds_an_ale_test(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("def f(env, result):\n    is_ale = env.unwrapped.ale is not None\n"
+                      "    return result.length_unit == 'frames' or getattr(env, 'ale', None)\n")
+    assert len(env_family_tests(module)) == 4

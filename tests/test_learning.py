@@ -13,9 +13,9 @@ import torch
 
 import vecdqn.agent
 from vecdqn.cli import parse_args
+from vecdqn.envs import make_env
 from vecdqn.evaluation import evaluate
 from vecdqn.trainer import Trainer
-from vecdqn.wrappers import make_env
 
 
 def preset(tmp_path, *extra):
@@ -30,13 +30,13 @@ def learned(trainer, episodes=100):
 
     Returns ``(ok, mean_return, mean_start_q)``.
     """
-    result = evaluate(trainer.agent.online, trainer.config, episodes=episodes, epsilon=0.0, seed=12345,
+    result = evaluate(trainer.core.learner.agent.online, trainer.config, episodes=episodes, epsilon=0.0, seed=12345,
                       device="cpu")
     assert len(result.returns) == episodes
     env = make_env("vecdqn/Catch-v0", screen_size=trainer.config.screen_size)
     starts = np.stack([env.reset(seed=1000 + i)[0] for i in range(20)])
     with torch.no_grad():
-        start_q = trainer.agent.online(torch.from_numpy(starts)).max(dim=1).values.mean().item()
+        start_q = trainer.core.learner.agent.online(torch.from_numpy(starts)).max(dim=1).values.mean().item()
     mean_return = float(np.mean(result.returns))
     return mean_return >= 0.8 and abs(start_q) <= 1.25, mean_return, start_q
 

@@ -17,7 +17,10 @@ from helpers import RaisingCatch, catch_config
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from vecdqn import checkpoint
-from vecdqn.trainer import ConfigError, NonFiniteError, Trainer, WorkerError
+from vecdqn.core import NonFiniteError
+from vecdqn.envs import WorkerError
+from vecdqn.preflight import ConfigError
+from vecdqn.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +55,7 @@ def test_resume_without_replay_refills_first(tmp_path):
     summary = trainer.run()
     assert summary["steps"] == 400
     # Learning waited for learning_starts (100) fresh transitions after the resume at step 200.
-    assert trainer.state.learn_from == 300
+    assert trainer.core.state.learn_from == 300
     assert json.loads((tmp_path / "run" / "config.json").read_text())["total_steps"] == 400
 
 
@@ -133,7 +136,7 @@ def test_worker_exception_stops_the_run_naming_the_env(tmp_path):
         trainer.run()
     assert time.time() - start < 30
     assert trainer.envs.closed
-    assert checkpoint.load(trainer.worker_checkpoint)["train_state"]["step"] > 0
+    assert checkpoint.load(trainer.core.failure_checkpoint)["train_state"]["step"] > 0
     assert not [p for p in psutil.Process().children(recursive=True) if p.is_running()
                 and p.status() != psutil.STATUS_ZOMBIE]
 
@@ -156,7 +159,7 @@ def test_hung_worker_times_out(tmp_path):
     with pytest.raises(WorkerError, match=r"^env 1 did not answer within --worker-timeout 2.0 s"):
         trainer.run()
     assert time.time() - start < 30
-    assert checkpoint.load(trainer.worker_checkpoint)["train_state"]["step"] > 0
+    assert checkpoint.load(trainer.core.failure_checkpoint)["train_state"]["step"] > 0
     time.sleep(0.5)
     assert not [p for p in psutil.Process().children(recursive=True)
                 if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
@@ -169,9 +172,9 @@ def test_non_finite_loss_stops_and_keeps_the_last_finite_checkpoint(tmp_path):
     config = catch_config(tmp_path, total_steps=1_000, run_name="run", checkpoint_every=200)
 
     def poison(trainer):  # after a vector step: the next update sees NaN weights
-        if trainer.step >= 500:
+        if trainer.core.state.step >= 500:
             with torch.no_grad():
-                next(trainer.agent.online.parameters()).fill_(float("nan"))
+                next(trainer.core.learner.agent.online.parameters()).fill_(float("nan"))
 
     trainer = Trainer(config, progress=False, handle_signals=False, on_step=poison)
     with pytest.raises(NonFiniteError, match="learning-rate"):
@@ -180,4 +183,4 @@ def test_non_finite_loss_stops_and_keeps_the_last_finite_checkpoint(tmp_path):
     assert 0 < state["train_state"]["step"] < 500 + config.num_envs
     for tensor in state["agent"]["online"].values():
         assert torch.isfinite(tensor).all()
-    assert np.isfinite(trainer.step)
+    assert np.isfinite(trainer.core.state.step)

@@ -98,5 +98,5 @@ def test_training_logs_and_applies_the_scheduled_values(tmp_path):
     # The optimizer's own value, set before the updates of each vector step.
     assert lr[200] == pytest.approx(1e-3 - 0.9e-3 * 198 / 400, rel=1e-5)
     assert lr[600] == pytest.approx(1e-4)
-    assert trainer.agent.optimizer.param_groups[0]["lr"] == pytest.approx(1e-4)
-    assert torch.isfinite(next(trainer.agent.online.parameters())).all()
+    assert trainer.core.learner.agent.optimizer.param_groups[0]["lr"] == pytest.approx(1e-4)
+    assert torch.isfinite(next(trainer.core.learner.agent.online.parameters())).all()

@@ -115,7 +115,7 @@ def test_corrupt_checkpoint_on_resume_exits_2(tmp_path):
         # valid alone, but FIRE's one agent step of 100,000 frames ends every game it starts
         (["--frame-skip", "100000", "--total-steps", "100", "--learning-starts", "50"], "--frame-skip 100000"),
         # an Atari-only option that Catch would ignore
-        (["--preset", "catch", "--noop-max", "5"], "--noop-max only applies to ALE games"),
+        (["--preset", "catch", "--noop-max", "5"], "--noop-max does not apply to --env-id vecdqn/Catch-v0"),
     ],
 )
 def test_more_bad_input_exits_2(args, message, tmp_path):

@@ -9,10 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vecdqn import checkpoint
-from vecdqn.config import PRESETS, Config
+from vecdqn.config import Config
 from vecdqn.metrics import MetricsLogger
-from vecdqn.train_state import GAME_HISTORY
-from vecdqn.trainer import Trainer, TrainState, target_syncs_due, updates_due
+from vecdqn.presets import PRESETS
+from vecdqn.train_state import GAME_HISTORY, TrainState, target_syncs_due, updates_due
+from vecdqn.trainer import Trainer
 
 
 def simulate_updates(num_envs: int, learn_from: int, train_frequency: int, vector_steps: int) -> list[int]:
@@ -115,8 +116,9 @@ def test_resume_restores_the_game_count_and_history_from_the_train_state(tmp_pat
     trainer = Trainer.from_checkpoint(tmp_path / "run", {"total_steps": 600}, progress=False)
     trainer.core.set_up(tuple(state["obs_shape"]), state["n_actions"])  # what Trainer.run does once envs are up
     try:
-        assert trainer.state.episodes == saved["episodes"]
-        assert [tuple(game) for game in trainer.state.episode_history] == [tuple(g) for g in saved["episode_history"]]
-        assert trainer.state.mean_return == pytest.approx(np.mean([r for r, _ in saved["episode_history"]]))
+        assert trainer.core.state.episodes == saved["episodes"]
+        history = trainer.core.state.episode_history
+        assert [tuple(game) for game in history] == [tuple(g) for g in saved["episode_history"]]
+        assert trainer.core.state.mean_return == pytest.approx(np.mean([r for r, _ in saved["episode_history"]]))
     finally:
         trainer.core.close()

@@ -7,8 +7,7 @@ import multiprocessing
 import numpy as np
 import pytest
 
-from vecdqn.vector import make_vector_env
-from vecdqn.wrappers import make_env
+from vecdqn.envs import make_env, make_vector_env
 
 OPTIONS = {"max_episode_frames": 200}  # games truncated every 200 frames: many episode ends
 SEED = 5

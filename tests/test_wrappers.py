@@ -15,16 +15,14 @@ from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation, Record
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vecdqn import ale_direct
-from vecdqn.wrappers import (
+from vecdqn.envs import ale_direct, make_env
+from vecdqn.envs.wrappers import (
     EpisodicLife,
     FireReset,
     FrameStack,
     GrayscaleResize,
     MaxAndSkip,
     NoopReset,
-    make_atari_env,
-    make_env,
 )
 
 SCREEN = (210, 160)
@@ -176,7 +174,7 @@ def test_max_and_skip_rejects_bad_skip():
 
 
 # ---------------------------------------------------------------------------------------------
-# EpisodicLife (over MaxAndSkip and RecordEpisodeStatistics, as in make_atari_env)
+# EpisodicLife (over MaxAndSkip and RecordEpisodeStatistics, as in make_env)
 
 
 def life_env(**fake_kwargs) -> tuple[FakeAle, gym.Env]:
@@ -419,7 +417,7 @@ class _RawOracle:
     [("ALE/Breakout-v5", 401), ("ALE/Pong-v5", 402), ("ALE/Breakout-v5", 403)],
 )
 def test_matches_gymnasium_atari_preprocessing(env_id, max_frames):
-    ours = make_atari_env(
+    ours = make_env(
         env_id, noop_max=0, fire_reset=False, episodic_life=False, max_episode_frames=max_frames,
         repeat_action_probability=0.0,  # as the reference's raw env (v5 ids default to 0.25)
     )
@@ -533,15 +531,6 @@ def test_a_missing_internal_is_named_and_turns_the_direct_path_off(monkeypatch):
     assert not _layer(make_env("ALE/Breakout-v5"), MaxAndSkip).direct_path
 
 
-def test_make_atari_env_is_still_importable_from_wrappers():
-    from vecdqn import envs, wrappers
-
-    assert wrappers.make_atari_env is envs.make_atari_env is envs.make_env
-    assert wrappers.make_env is envs.make_env
-    with pytest.raises(AttributeError, match="no attribute 'make_nothing'"):
-        wrappers.make_nothing  # noqa: B018
-
-
 def test_max_and_skip_steps_the_layers_under_any_other_wrapper():
     """A wrapper MaxAndSkip does not know (here one that counts frames, as evaluation's recorder
     does) sees every frame: the direct path is off."""
@@ -566,7 +555,7 @@ def _ale(env: gym.Env):
 
 
 def test_frame_counter_advances_by_skip_per_agent_step():
-    env = make_atari_env("ALE/Breakout-v5", frame_skip=4)
+    env = make_env("ALE/Breakout-v5", frame_skip=4)
     env.reset(seed=3)
     rng = np.random.default_rng(3)
     checked = 0
@@ -587,7 +576,7 @@ def test_frame_counter_advances_by_skip_per_agent_step():
 
 
 def test_episode_statistics_report_the_whole_game_on_breakout():
-    env = make_atari_env("ALE/Breakout-v5")
+    env = make_env("ALE/Breakout-v5")
     env.reset(seed=11)
     rng = np.random.default_rng(11)
     total, life_losses = 0.0, 0
@@ -616,32 +605,31 @@ def test_fire_reset_only_where_the_game_has_fire():
             env = env.env
         return types
 
-    breakout = chain(make_atari_env("ALE/Breakout-v5"))
+    breakout = chain(make_env("ALE/Breakout-v5"))
     assert breakout[:6] == [FrameStack, GrayscaleResize, FireReset, EpisodicLife, MaxAndSkip,
                             NoopReset]
     assert RecordEpisodeStatistics in breakout
-    freeway = chain(make_atari_env("ALE/Freeway-v5"))
+    freeway = chain(make_env("ALE/Freeway-v5"))
     assert FireReset not in freeway and EpisodicLife in freeway
-    no_fire = chain(make_atari_env("ALE/Breakout-v5", fire_reset=False))
+    no_fire = chain(make_env("ALE/Breakout-v5", fire_reset=False))
     assert FireReset not in no_fire
 
 
 def test_fire_reset_serves_the_ball_in_breakout():
     # Without FIRE, Breakout waits: a no-op policy never loses a life.
     for fire_reset, expect_life_loss in [(True, True), (False, False)]:
-        env = make_atari_env("ALE/Breakout-v5", fire_reset=fire_reset, noop_max=0)
+        env = make_env("ALE/Breakout-v5", fire_reset=fire_reset, noop_max=0)
         env.reset(seed=0)
         lost = any(env.step(0)[2] for _ in range(150))
         assert lost is expect_life_loss
 
 
 def test_observation_space_and_dtype():
-    env = make_atari_env("ALE/Pong-v5")
+    env = make_env("ALE/Pong-v5")
     assert env.observation_space == spaces.Box(0, 255, (4, 84, 84), np.uint8)
     obs, _ = env.reset(seed=0)
     assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
     assert env.observation_space.contains(obs)
-    assert make_env is make_atari_env
 
 
 @pytest.mark.parametrize(
@@ -663,7 +651,7 @@ def test_make_env_validates_arguments(kwargs, match):
 
 
 def test_sticky_actions_reach_the_ale():
-    env = make_atari_env("ALE/Breakout-v5", repeat_action_probability=0.25)
+    env = make_env("ALE/Breakout-v5", repeat_action_probability=0.25)
     assert _ale(env).getFloat("repeat_action_probability") == 0.25
 
 
@@ -676,10 +664,11 @@ def test_episodic_life_needs_lives():
 @pytest.mark.parametrize("env_id", ["BreakoutNoFrameskip-v4", "vecdqn/Catch-v0"])
 def test_env_state_restores_the_same_future(env_id):
     """A snapshot restored into a fresh env replays identical steps (exact resume)."""
-    from vecdqn.wrappers import get_env_state, set_env_state
+    from vecdqn.envs.state import get_env_state, set_env_state
 
     rng = np.random.default_rng(0)
-    env = make_env(env_id, max_episode_frames=3000)
+    cap = {"max_episode_frames": 3000} if env_id.startswith("Breakout") else {}  # the ALE's frame cap
+    env = make_env(env_id, **cap)
     env.reset(seed=1)
     for _ in range(120):
         *_, terminated, truncated, _ = env.step(rng.integers(env.action_space.n))
@@ -698,7 +687,7 @@ def test_env_state_restores_the_same_future(env_id):
         return out
 
     expected = play(env)
-    other = make_env(env_id, max_episode_frames=3000)
+    other = make_env(env_id, **cap)
     other.reset(seed=99)
     set_env_state(other, state)
     got = play(other)

@@ -5,4 +5,4 @@ Double DQN, dueling network and prioritized replay, fed by custom gymnasium wrap
 """
 
 __version__ = "0.1.0"
-from vecdqn import catch as _catch  # noqa: E402, F401  (registers vecdqn/Catch-v0 on import)
+from vecdqn.envs import catch as _catch  # noqa: E402, F401  (registers vecdqn/Catch-v0 on import)

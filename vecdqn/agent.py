@@ -1,4 +1,4 @@
-"""The learner: epsilon-greedy action selection, double-DQN targets, the loss, one update.
+"""DQN's math: double-DQN targets, the loss, one update, and ε-greedy acting on the online network.
 
 Shape legend: ``N`` envs, ``B`` batch, ``S`` stacked frames, ``A`` actions, ``H×W`` frame.
 The math lives in pure functions (`double_dqn_target`, `td_loss`) testable with
@@ -28,11 +28,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vecdqn.acting import epsilon_greedy
 from vecdqn.model import QNetwork
-from vecdqn.staging import DeviceBatch, PendingUpdate, check_amp, on_device, select_device, to_device
+from vecdqn.staging import DeviceBatch, PendingUpdate, check_amp, on_device, to_device
 
-# select_device lives in `vecdqn.staging`; importable from here too, for callers of old.
-__all__ = ["DQNAgent", "double_dqn_target", "select_device", "td_loss"]
+__all__ = ["DQNAgent", "double_dqn_target", "td_loss"]
 
 
 def double_dqn_target(
@@ -175,7 +175,7 @@ class DQNAgent:
 
     # -- acting ----------------------------------------------------------------------------------
     def act(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
-        """Epsilon-greedy actions for all envs from one forward pass.
+        """ε-greedy actions for all envs (`vecdqn.acting.epsilon_greedy`) from one forward pass.
 
         Args:
             obs: ``(N, S, H, W) uint8`` observations.
@@ -184,15 +184,13 @@ class DQNAgent:
         Returns:
             ``(N,) int64`` actions.
         """
-        n = obs.shape[0]
-        explore = self.rng.random(n) < epsilon
-        actions = self.rng.integers(self.n_actions, size=n)
-        if not explore.all():
-            with torch.no_grad():
-                q = self.online_q(self.online.scale(to_device(obs, self.device)))
-                greedy = q.argmax(dim=1).cpu().numpy()
-            actions = np.where(explore, actions, greedy)
-        return actions.astype(np.int64)
+        return epsilon_greedy(self.rng, epsilon, self.n_actions, obs.shape[0], lambda: self.greedy(obs))
+
+    def greedy(self, obs: np.ndarray) -> np.ndarray:
+        """``(N, S, H, W) uint8 -> (N,) int64`` ``argmax_a Q_online(obs, a)``."""
+        with torch.no_grad():
+            q = self.online_q(self.online.scale(to_device(obs, self.device)))
+            return q.argmax(dim=1).cpu().numpy()
 
     # -- learning --------------------------------------------------------------------------------
     def _check(self, batch: DeviceBatch) -> None:

@@ -24,14 +24,14 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from vecdqn.config import ALE_ONLY_OPTIONS, SCHEDULE_SHORTHANDS, Config, option_flag, replaced_options
-from vecdqn.presets import PRESET_SOURCES, PRESETS
+from vecdqn.config import SCHEDULE_SHORTHANDS, Config, check_options_used, option_flag, replaced_options
+from vecdqn.presets import PRESET_SOURCES, PRESETS, check_preset
 
 if TYPE_CHECKING:
     from vecdqn.trainer import TrainerBase
 
 __all__ = [
-    "OneLineErrorParser", "UsageError", "build_parser", "check_ale_options", "check_given_options",
+    "OneLineErrorParser", "UsageError", "build_parser", "check_options_apply",
     "check_output_path", "error_line", "exit_code", "OPTION_TYPES", "option_flags",
     "explicit_options", "main", "parse_args", "parse_config", "preset_values", "presets_help",
 ]
@@ -189,56 +189,22 @@ def explicit_options(parser: argparse.ArgumentParser, argv: Iterable[str]) -> se
     return given
 
 
-# Options that --actors replaces: each actor plays its own --actor-envs envs with its own fixed
-# epsilon (Horgan et al. 2018), so the single-process envs and epsilon schedule are not used.
-NOT_WITH_ACTORS = ("num_envs", "epsilon_start", "epsilon_end", "epsilon_decay_steps", "epsilon_schedule")
-# Options that only a run with --actors uses.
-ACTOR_OPTIONS = ("actor_envs", "ray_address", "weight_sync_every", "apex_epsilon", "apex_alpha", "actor_block_steps")
-
-
-def check_given_options(given: set[str], actors: int) -> None:
-    """Refuse options given explicitly (``given``: `Config` field names) that a run with
-    ``actors`` actors would not use, rather than drop them silently.
+def check_options_apply(given: set[str], config: Config) -> None:
+    """Refuse options given explicitly (``given``: `Config` field names) that ``config``'s run
+    would not use (`vecdqn.config.check_options_used`; for its env, `vecdqn.envs.check_family_options`),
+    rather than drop them silently. An unknown env id is left to the preflight, which names close
+    matches.
 
     Raises:
         UsageError: one line naming the options and what to do instead.
     """
-    unused = [n for n in (NOT_WITH_ACTORS if actors else ACTOR_OPTIONS) if n in given]
-    if not unused:
-        return
-    flags = ", ".join(option_flag(n) for n in unused)
-    one = len(unused) == 1
-    if actors:
-        raise UsageError(f"{flags} cannot be used with --actors {actors}: each actor plays --actor-envs envs with "
-                         f"its own fixed epsilon (--apex-epsilon, --apex-alpha); drop {'it' if one else 'them'}")
-    raise UsageError(f"{flags} only appl{'ies' if one else 'y'} with --actors N (N >= 1, Ray actors); add --actors "
-                     f"or drop {'it' if one else 'them'}")
-
-
-def check_ale_options(given: set[str], env_id: str) -> None:
-    """Refuse Atari-only options (`vecdqn.config.ALE_ONLY_OPTIONS`, e.g. ``--frame-skip``) given
-    explicitly (``given``: `Config` field names) for an env that is not an ALE game, such as
-    ``vecdqn/Catch-v0``, which would ignore them. Imports the env registry only when one is given;
-    an unknown ``env_id`` is left to the preflight, which names close matches.
-
-    Raises:
-        UsageError: one line naming the options and the env id.
-    """
-    unused = [name for name in ALE_ONLY_OPTIONS if name in given]
-    if not unused:
-        return
-    from vecdqn.envs import check_env_id, is_ale_env_id
+    from vecdqn.envs import check_family_options
 
     try:
-        check_env_id(env_id)
-    except ValueError:
-        return
-    if is_ale_env_id(env_id):
-        return
-    one = len(unused) == 1
-    raise UsageError(f"{', '.join(option_flag(n) for n in unused)} only appl{'ies' if one else 'y'} to ALE games; "
-                     f"--env-id {env_id} is not one and would ignore {'it' if one else 'them'}: drop "
-                     f"{'it' if one else 'them'} (its observations take only --screen-size and --frame-stack)")
+        check_options_used(given, config)
+        check_family_options(given, config.env_id)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def preset_values(preset: str, given: set[str]) -> dict[str, Any]:
@@ -275,8 +241,11 @@ def parse_config(argv: list[str] | None = None) -> tuple[Config, set[str]]:
             raise UsageError(f"{option_flag(schedule)} and {', '.join(both)} set the same schedule; give one form "
                              "only")
     preset = values["preset"]
-    if preset and preset not in PRESETS:
-        raise UsageError(f"--preset {preset!r} is unknown; choose one of {sorted(PRESETS)}")
+    if preset:
+        try:
+            check_preset(preset)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
     if preset and values["resume"]:
         raise UsageError(f"--preset {preset} cannot be given with --resume: the run continues with its saved "
                          "values; give the options to change one by one (e.g. --total-steps)")
@@ -284,7 +253,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[Config, set[str]]:
         values.update(preset_values(preset, given))
     config = Config(**values)
     if not config.resume:
-        check_given_options(given, config.actors)
+        check_options_apply(given, config)
         try:
             config.validate()
         except ValueError as err:
@@ -324,13 +293,6 @@ def trainer_class(actors: int) -> type[TrainerBase]:
     return DistributedTrainer
 
 
-def saved_config(path: str) -> dict[str, Any]:
-    """The saved configuration of the run a checkpoint (file or run folder) belongs to."""
-    from vecdqn import checkpoint
-
-    return dict(checkpoint.load_training(checkpoint.resolve_checkpoint(path))["config"])
-
-
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry (``scripts/train.py``).
 
@@ -349,31 +311,29 @@ def _train(argv: list[str] | None) -> int:
     import signal
 
     from vecdqn import checkpoint
-    from vecdqn.trainer import Interrupted, NonFiniteError
-    from vecdqn.vector import WorkerError
+    from vecdqn.core import Interrupted, NonFiniteError
+    from vecdqn.envs import WorkerError
 
     config, given = parse_config(argv)
     if config.resume:
-        given = given - {"resume"}
-        saved = saved_config(config.resume)
-        actors = config.actors if "actors" in given else int(saved.get("actors") or 0)
-        check_given_options(given, actors)
-        check_ale_options(given, str(saved.get("env_id", "")))
-        trainer = trainer_class(actors).from_checkpoint(config.resume, {k: getattr(config, k) for k in given})
+        from vecdqn.resume import resume
+
+        resumed = resume(config.resume, {k: getattr(config, k) for k in given - {"resume"}})
+        trainer = trainer_class(resumed.config.actors)(resumed.config, resume=resumed)
     else:
-        check_ale_options(given, config.env_id)
+        check_options_apply(given, config)
         trainer = trainer_class(config.actors)(config)
     try:
         summary = trainer.run()
     except Interrupted as stop:
-        print(f"stopped by {signal.Signals(stop.signum).name} at agent step {trainer.step}; checkpoint: "
+        print(f"stopped by {signal.Signals(stop.signum).name} at agent step {trainer.core.state.step}; checkpoint: "
               f"{stop.checkpoint_path}\nresume with: python scripts/train.py --resume {trainer.run_dir}",
               file=sys.stderr)
         return stop.exit_code
     except KeyboardInterrupt:
         latest = trainer.run_dir / "checkpoints" / "latest.pt"
         where = f"the last checkpoint is {latest}" if latest.exists() else "no checkpoint was written yet"
-        print(f"stopped at once at agent step {trainer.step}; {where}", file=sys.stderr)
+        print(f"stopped at once at agent step {trainer.core.state.step}; {where}", file=sys.stderr)
         return 130
     except (WorkerError, NonFiniteError, checkpoint.CheckpointError) as err:
         kept = trainer.run_dir / "checkpoints" / "latest.pt"

@@ -19,105 +19,75 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import numbers
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from vecdqn.presets import PRESETS
+from vecdqn.envs.options import EnvOptions
+from vecdqn.presets import check_preset
+from vecdqn.schedules import PiecewiseLinear
 
 # The smallest frame the Nature-DQN torso turns into at least one 1×1 feature map.
 MIN_SCREEN_SIZE = 36
 # Longest n-step return accepted (the return matrix is n x n; Rainbow, Hessel et al. 2018, uses 3).
 MAX_N_STEP = 1000
 
-# Options that fix the shape of the networks, the envs or the replay, and the preset the run's
-# values came from (its values are saved one by one; a second preset could not follow them):
-# a resumed run keeps them.
-FIXED_ON_RESUME = ("env_id", "num_envs", "frame_skip", "frame_stack", "screen_size", "dueling", "hidden_size",
-                   "n_step", "buffer_size", "preset")
-
-# The preprocessing options only an ALE game uses; other envs (vecdqn/Catch-v0) take only
-# screen_size and frame_stack, and the command line refuses these for them.
-ALE_ONLY_OPTIONS = ("noop_max", "frame_skip", "episodic_life", "fire_reset", "repeat_action_probability",
-                    "max_episode_frames")
-
-
-def _f(default: Any, help: str) -> Any:  # noqa: A002 - "help" mirrors argparse
-    return field(default=default, metadata={"help": help})
-
-
-def _is_int(value: Any) -> bool:
-    """An integer that is not a bool (NumPy integers included)."""
-    return not isinstance(value, bool) and isinstance(value, numbers.Integral)
+# The rules an option can carry (each `Config` field's ``metadata["rules"]``), read through
+# `options_with` by the command line, resume, the tuner and the distributed trainer:
+RULES = {
+    # fixes the shape of the networks, the envs or the replay, or names the preset the run's values
+    # came from (its values are saved one by one; a second preset could not follow them)
+    "fixed_on_resume": "a resumed run keeps its saved value",
+    # each Ape-X actor plays --actor-envs envs with its own fixed epsilon (Horgan et al. 2018)
+    "not_with_actors": "replaced by the actors' settings with --actors",
+    "actors_only": "used only with --actors N",
+    # a trial's run folder, tracking and resume are the tuner's
+    "fixed_by_tuner": "set by scripts/tune.py for each trial",
+}
+# Which env options an env uses is its family's (`vecdqn.envs.EnvFamily.options`), not a rule here.
 
 
-@dataclass(frozen=True)
-class EnvOptions:
-    """The preprocessing options of one env: what `vecdqn.envs.make_env` builds from.
+def _f(default: Any, help: str, *rules: str) -> Any:  # noqa: A002 - "help" mirrors argparse
+    assert set(rules) <= set(RULES), rules
+    return field(default=default, metadata={"help": help, "rules": frozenset(rules)})
 
-    Units: ``noop_max`` and ``max_episode_frames`` count emulator frames; one agent step is
-    ``frame_skip`` frames. The Atari-only options (`ALE_ONLY_OPTIONS`: all but ``screen_size``
-    and ``frame_stack``) are ignored for non-ALE envs such as ``vecdqn/Catch-v0``.
+
+def options_with(rule: str) -> tuple[str, ...]:
+    """The `Config` fields that carry ``rule`` (a key of `RULES`), in field order.
+
+    >>> options_with("actors_only")[:2]
+    ('actor_envs', 'ray_address')
     """
-
-    noop_max: int = _f(30, "at most this many no-op frames at the start of each game (0: none)")
-    frame_skip: int = _f(4, "emulator frames per agent step (action repeat; max over the last two)")
-    frame_stack: int = _f(4, "frames stacked into one observation")
-    screen_size: int = _f(84, "observation height and width in pixels")
-    episodic_life: bool = _f(True, "treat a lost life as the end of an episode for the learner")
-    fire_reset: bool = _f(True, "press FIRE after each reset in games that have it")
-    repeat_action_probability: float | None = _f(
-        None, "sticky-action probability per frame (Machado et al. 2018 use 0.25); unset: the env id's own "
-        "default (0.0 for *NoFrameskip-v4 ids, 0.25 for ALE/*-v5 ids)")
-    max_episode_frames: int | None = _f(108_000, "truncate a game after this many emulator frames (frames, "
-                                                 "not agent steps)")
-
-    def validate(self, name: Callable[[str], str] | None = None) -> None:
-        """Check every value's type and range.
-
-        Args:
-            name: how an error names an option (default ``"frame_skip=0"`` style; the CLI passes
-                `option_flag` for ``"--frame-skip 0"``).
-
-        Raises:
-            ValueError: naming the option, its value and what is allowed.
-        """
-        def bad(option: str, value: Any, hint: str) -> ValueError:
-            said = f"{name(option)} {value}" if name else f"{option}={value!r}"
-            return ValueError(f"{said} is invalid; {hint}")
-
-        for option, minimum, hint in [
-            ("noop_max", 0, "use 0 (no no-op starts) or a positive count of frames"),
-            ("frame_skip", 1, "use 1 (no frame skipping) or more frames per step"),
-            ("screen_size", 1, "use a positive side length in pixels, e.g. 84"),
-            ("frame_stack", 1, "use 1 (no stacking) or more frames, e.g. 4"),
-        ]:
-            value = getattr(self, option)
-            if not _is_int(value) or value < minimum:
-                raise bad(option, value, hint)
-        for option in ("episodic_life", "fire_reset"):
-            value = getattr(self, option)
-            if type(value).__name__ not in ("bool", "bool_"):
-                raise bad(option, value, "use True or False")
-        p = self.repeat_action_probability
-        if p is not None and (isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0):
-            raise bad("repeat_action_probability", p, "use a probability in [0, 1] (0.25 as in Machado et al. "
-                      "2018, 0.0 for deterministic emulation) or leave it unset for the env id's default")
-        frames = self.max_episode_frames
-        if frames is not None and (not _is_int(frames) or frames < 1):
-            raise bad("max_episode_frames", frames, "use a positive number of frames (108_000 = 30 minutes) or "
-                      "None for no cap")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    if rule not in RULES:
+        raise ValueError(f"unknown option rule {rule!r}; use one of {sorted(RULES)}")
+    return tuple(f.name for f in fields(Config) if rule in f.metadata["rules"])
 
 
-def _env_field(name: str) -> Any:
+def check_options_used(given: set[str], config: Config) -> None:
+    """Refuse options given explicitly (``given``: field names) that ``config``'s run would not use:
+    those `options_with` ``"not_with_actors"`` with ``--actors``, ``"actors_only"`` without.
+
+    Raises:
+        ValueError: one line naming the options and what to do instead.
+    """
+    actors = config.actors
+    unused = [n for n in options_with("not_with_actors" if actors else "actors_only") if n in given]
+    if not unused:
+        return
+    flags = ", ".join(option_flag(n) for n in unused)
+    one = len(unused) == 1
+    if actors:
+        raise ValueError(f"{flags} cannot be used with --actors {actors}: each actor plays --actor-envs envs with "
+                         f"its own fixed epsilon (--apex-epsilon, --apex-alpha); drop {'it' if one else 'them'}")
+    raise ValueError(f"{flags} only appl{'ies' if one else 'y'} with --actors N (N >= 1, Ray actors); add --actors "
+                     f"or drop {'it' if one else 'them'}")
+
+
+def _env_field(name: str, *rules: str) -> Any:
     """A `Config` field mirroring `EnvOptions`' field ``name``: one default, one help text."""
     source = EnvOptions.__dataclass_fields__[name]
-    return field(default=source.default, metadata=source.metadata)
+    return _f(source.default, source.metadata["help"], *rules)
 
 
 @dataclass
@@ -126,32 +96,34 @@ class Config:
 
     # --- experiment -------------------------------------------------------------------------
     env_id: str = _f("BreakoutNoFrameskip-v4", "gymnasium env id: an ALE game (BreakoutNoFrameskip-v4, "
-                     "ALE/Breakout-v5; the wrappers always do the frame skipping) or vecdqn/Catch-v0")
+                     "ALE/Breakout-v5; the wrappers always do the frame skipping) or vecdqn/Catch-v0",
+          "fixed_on_resume")
     seed: int = _f(1, "seed in [0, 2**32) of envs (env i gets seed+i), replay sampling and network init")
     total_steps: int = _f(10_000_000, "length of the run, in agent steps summed over envs")
-    num_envs: int = _f(8, "number of env worker processes (AsyncVectorEnv)")
+    num_envs: int = _f(8, "number of env worker processes (AsyncVectorEnv)", "fixed_on_resume", "not_with_actors")
     log_dir: str = _f("runs", "folder under which the run folder <env_id>__<seed>__<unix time> is made "
-                              "(a / in the env id becomes -)")
-    run_name: str = _f("", "run folder name under --log-dir (empty: <env_id>__<seed>__<unix time>)")
+                              "(a / in the env id becomes -)", "fixed_by_tuner")
+    run_name: str = _f("", "run folder name under --log-dir (empty: <env_id>__<seed>__<unix time>)", "fixed_by_tuner")
     device: str = _f("auto", "torch device for the learner: auto (cuda when available), cpu, cuda, cuda:1, ...")
     torch_threads: int = _f(0, "torch intra-op threads of the learner (0: all cores on a CPU learner, "
                                "the cores the env workers leave free on a GPU)")
     log_every: int = _f(10_000, "write scalar metrics every this many agent steps")
     preset: str = _f("", "named set of defaults to start from: 'catch', 'pong' or 'labml' (their values are in "
-                         "the README); explicit options win")
+                         "the README); explicit options win", "fixed_on_resume", "fixed_by_tuner")
 
     # --- environment (DeepMind/Nature preprocessing): the fields of `EnvOptions` -------------
     noop_max: int = _env_field("noop_max")
-    frame_skip: int = _env_field("frame_skip")
-    frame_stack: int = _env_field("frame_stack")
-    screen_size: int = _env_field("screen_size")
+    frame_skip: int = _env_field("frame_skip", "fixed_on_resume")
+    frame_stack: int = _env_field("frame_stack", "fixed_on_resume")
+    screen_size: int = _env_field("screen_size", "fixed_on_resume")
     episodic_life: bool = _env_field("episodic_life")
     fire_reset: bool = _env_field("fire_reset")
     repeat_action_probability: float | None = _env_field("repeat_action_probability")
     max_episode_frames: int = _env_field("max_episode_frames")
 
     # --- replay -----------------------------------------------------------------------------
-    buffer_size: int = _f(1_000_000, "replay capacity, in frame slots: one per transition + one per episode")
+    buffer_size: int = _f(1_000_000, "replay capacity, in frame slots: one per transition + one per episode",
+                          "fixed_on_resume")
     per: bool = _f(True, "prioritized replay (Schaul et al. 2016); --no-per samples uniformly")
     per_alpha: float = _f(0.5, "priority exponent alpha of prioritized replay")
     per_beta_start: float = _f(0.4, "importance-sampling exponent beta at the start of learning")
@@ -160,7 +132,7 @@ class Config:
     per_beta_schedule: str = _f("", "beta as 'step:value,...' pairs in agent steps, linear between them and constant "
                                     "after the last (replaces --per-beta-start/-end/-steps)")
     per_eps: float = _f(1e-6, "added to |TD error| to form a priority")
-    n_step: int = _f(3, "n of n-step returns, in agent steps (1: one-step TD; at most 1000)")
+    n_step: int = _f(3, "n of n-step returns, in agent steps (1: one-step TD; at most 1000)", "fixed_on_resume")
 
     # --- learner ----------------------------------------------------------------------------
     learning_starts: int = _f(80_000, "agent steps of experience collected before the first update")
@@ -175,8 +147,9 @@ class Config:
     max_grad_norm: float = _f(10.0, "clip the global gradient norm to this (0: no clipping)")
     clip_rewards: bool = _f(True, "learn from sign(reward) (Mnih et al. 2015); logged returns stay raw")
     double: bool = _f(True, "double-DQN target (van Hasselt et al. 2016); --no-double uses max_a Q_target")
-    dueling: bool = _f(True, "dueling head (Wang et al. 2016); --no-dueling uses a plain linear head")
-    hidden_size: int = _f(512, "units of the fully connected layer")
+    dueling: bool = _f(True, "dueling head (Wang et al. 2016); --no-dueling uses a plain linear head",
+                       "fixed_on_resume")
+    hidden_size: int = _f(512, "units of the fully connected layer", "fixed_on_resume")
     compile: bool = _f(False, "torch.compile: on CUDA the update's forward and backward as CUDA graphs "
                               "(mode reduce-overhead, static input buffers); elsewhere the Q-network")
     amp: str = _f("off", "autocast the learner's forward passes: off, or bf16 (fp32 master weights and loss; "
@@ -191,19 +164,20 @@ class Config:
                                 "and gather batches there; empty: batches are copied out on the host")
 
     # --- exploration ------------------------------------------------------------------------
-    epsilon_start: float = _f(1.0, "epsilon-greedy epsilon at step 0")
-    epsilon_end: float = _f(0.01, "epsilon after the decay")
-    epsilon_decay_steps: int = _f(250_000, "agent steps, from step 0, over which epsilon decays linearly")
+    epsilon_start: float = _f(1.0, "epsilon-greedy epsilon at step 0", "not_with_actors")
+    epsilon_end: float = _f(0.01, "epsilon after the decay", "not_with_actors")
+    epsilon_decay_steps: int = _f(250_000, "agent steps, from step 0, over which epsilon decays linearly",
+                                  "not_with_actors")
     epsilon_schedule: str = _f("", "epsilon as 'step:value,...' pairs in agent steps, e.g. '0:1.0,800000:0.1,"
                                    "16000000:0.01': linear between them, constant after the last (replaces "
-                                   "--epsilon-start/-end/-decay-steps)")
+                                   "--epsilon-start/-end/-decay-steps)", "not_with_actors")
 
     # --- checkpoints and evaluation -----------------------------------------------------------
     checkpoint_every: int = _f(500_000, "write checkpoints/latest.pt every this many agent steps (0: only at the end)")
     keep_checkpoints: bool = _f(False, "also keep each periodic checkpoint as checkpoints/step_<agent step>.pt "
                                        "(networks and counters, no replay), e.g. to evaluate them later")
     save_replay: bool = _f(False, "also save the replay buffer with each checkpoint (for exact resume)")
-    resume: str = _f("", "run folder (or checkpoint file) to continue")
+    resume: str = _f("", "run folder (or checkpoint file) to continue", "fixed_by_tuner")
     worker_timeout: float = _f(60.0, "seconds an env worker may take to answer before the run stops")
     eval_every: int = _f(250_000, "evaluate greedily every this many agent steps (0: off)")
     eval_episodes: int = _f(5, "whole games per periodic evaluation")
@@ -213,25 +187,28 @@ class Config:
     actors: int = _f(0, "Ray actor processes that play and feed the learner's replay (0: the single-process "
                         "trainer with --num-envs envs; >= 1 needs pip install -e \".[ray]\")")
     actor_envs: int = _f(2, "envs (worker processes) per actor; with --actors the replay holds --actors x "
-                            "--actor-envs env rings and --num-envs is not used")
+                            "--actor-envs env rings and --num-envs is not used", "actors_only")
     ray_address: str = _f("", "Ray cluster to join ('auto': the one started by 'ray start --head' on this host, "
-                              "or host:port); empty: a local instance on 127.0.0.1 sized to this machine")
+                              "or host:port); empty: a local instance on 127.0.0.1 sized to this machine",
+          "actors_only")
     weight_sync_every: int = _f(100, "publish the learner's weights to the actors every this many gradient "
-                                     "updates (updates, not agent steps)")
+                                     "updates (updates, not agent steps)", "actors_only")
     apex_epsilon: float = _f(0.4, "base epsilon of the actors: actor i of N plays with epsilon^(1 + alpha*i/(N-1)) "
-                                  "(Horgan et al. 2018; replaces --epsilon-* with --actors)")
-    apex_alpha: float = _f(7.0, "exponent spread alpha of the actors' epsilons (Horgan et al. 2018 use 7)")
+                                  "(Horgan et al. 2018; replaces --epsilon-* with --actors)", "actors_only")
+    apex_alpha: float = _f(7.0, "exponent spread alpha of the actors' epsilons (Horgan et al. 2018 use 7)",
+                           "actors_only")
     actor_block_steps: int = _f(32, "vector steps per block an actor ships (a block is this x --actor-envs "
-                                    "agent steps)")
+                                    "agent steps)", "actors_only")
 
     # --- tracking (Weights & Biases, through its own TensorBoard sync; needs the track extra) --
     track: bool = _f(False, "also send the run to Weights & Biases: its config, every TensorBoard scalar (same tags, "
                             "agent steps) and the evaluation videos; needs pip install -e \".[track]\" "
-                            "(WANDB_MODE=offline writes it locally for a later 'wandb sync')")
-    wandb_project: str = _f("vecdqn", "Weights & Biases project of a --track run")
-    wandb_entity: str = _f("", "Weights & Biases entity (user or team) of a --track run (empty: your default)")
+                            "(WANDB_MODE=offline writes it locally for a later 'wandb sync')", "fixed_by_tuner")
+    wandb_project: str = _f("vecdqn", "Weights & Biases project of a --track run", "fixed_by_tuner")
+    wandb_entity: str = _f("", "Weights & Biases entity (user or team) of a --track run (empty: your default)",
+                           "fixed_by_tuner")
     wandb_group: str = _f("", "Weights & Biases group of a --track run, e.g. the seeds of one experiment or a "
-                              "tuning study (empty: none)")
+                              "tuning study (empty: none)", "fixed_by_tuner")
 
     def validate(self) -> None:
         """Check every value that can be checked without starting an env or torch (the device
@@ -321,7 +298,7 @@ class Config:
             )
         if self.n_step > MAX_N_STEP:
             raise ValueError(f"--n-step {self.n_step} is too long; use at most {MAX_N_STEP} (Rainbow uses 3)")
-        self._validate_actors()
+        _check_actors(self)
         envs, envs_said = self.env_workers()
         ring = self.buffer_size // envs
         if ring < 2 * self.frame_stack + self.n_step:
@@ -337,29 +314,11 @@ class Config:
                 f"--run-name {self.run_name!r} must be a plain folder name (no '/', not '.' or '..'); the run is "
                 f"written to --log-dir/<run-name>"
             )
-        if self.preset and self.preset not in PRESETS:
-            raise ValueError(f"--preset {self.preset!r} is unknown; choose one of {sorted(PRESETS)}")
+        if self.preset:
+            check_preset(self.preset)
         if self.overlap_forward and self.compile:
             raise ValueError("--overlap-forward cannot be combined with --compile (a compiled network is not called "
                              "from two threads); drop one of them")
-
-    def _validate_actors(self) -> None:
-        """The distributed options (see `validate`)."""
-        if self.actors < 0:
-            raise ValueError(f"--actors {self.actors} must be >= 0 (0: the single-process trainer)")
-        for name in ("actor_envs", "weight_sync_every", "actor_block_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{option_flag(name)} {getattr(self, name)} must be a positive integer (>= 1)")
-        if not 0.0 <= self.apex_epsilon <= 1.0:
-            raise ValueError(f"--apex-epsilon {self.apex_epsilon} must be in [0, 1] (Horgan et al. 2018 use 0.4)")
-        if not (self.apex_alpha >= 0 and math.isfinite(self.apex_alpha)):
-            raise ValueError(f"--apex-alpha {self.apex_alpha} must be a finite number >= 0 (Horgan et al. 2018 "
-                             "use 7)")
-        if self.actors and self.save_replay:
-            raise ValueError("--save-replay is not supported with --actors: a resumed run's actors start fresh "
-                             "games and the replay refills for --learning-starts agent steps; drop --save-replay")
-        if self.actors and self.seed + self.actors * self.actor_envs > 2**32:
-            raise ValueError(f"--seed {self.seed} + --actors x --actor-envs exceeds 2**32; use a smaller seed")
 
     def env_workers(self) -> tuple[int, str]:
         """``(count, options)``: the env worker processes of the run and the options that set
@@ -423,6 +382,25 @@ class Config:
         return cls.from_dict({**values, **overrides})
 
 
+def _check_actors(c: Config) -> None:
+    """The distributed options of ``c`` (see `Config.validate`)."""
+    if c.actors < 0:
+        raise ValueError(f"--actors {c.actors} must be >= 0 (0: the single-process trainer)")
+    for name in ("actor_envs", "weight_sync_every", "actor_block_steps"):
+        if getattr(c, name) < 1:
+            raise ValueError(f"{option_flag(name)} {getattr(c, name)} must be a positive integer (>= 1)")
+    if not 0.0 <= c.apex_epsilon <= 1.0:
+        raise ValueError(f"--apex-epsilon {c.apex_epsilon} must be in [0, 1] (Horgan et al. 2018 use 0.4)")
+    if not (c.apex_alpha >= 0 and math.isfinite(c.apex_alpha)):
+        raise ValueError(f"--apex-alpha {c.apex_alpha} must be a finite number >= 0 (Horgan et al. 2018 "
+                         "use 7)")
+    if c.actors and c.save_replay:
+        raise ValueError("--save-replay is not supported with --actors: a resumed run's actors start fresh "
+                         "games and the replay refills for --learning-starts agent steps; drop --save-replay")
+    if c.actors and c.seed + c.actors * c.actor_envs > 2**32:
+        raise ValueError(f"--seed {c.seed} + --actors x --actor-envs exceeds 2**32; use a smaller seed")
+
+
 def parse_pairs(text: str) -> list[tuple[float, float]]:
     """``"step:value,step:value,..."`` (agent steps from 0, strictly increasing) as a list of
     ``(step, value)`` points.
@@ -448,9 +426,7 @@ def parse_pairs(text: str) -> list[tuple[float, float]]:
         if not math.isfinite(point[1]):
             raise ValueError(f"the value of {pair.strip()!r} is not a finite number")
         points.append(point)
-    steps = [s for s, _ in points]
-    if any(b <= a for a, b in zip(steps, steps[1:])):
-        raise ValueError(f"the steps {steps} must increase strictly")
+    PiecewiseLinear(points)  # raises unless the steps increase strictly
     return points
 
 

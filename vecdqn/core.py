@@ -1,18 +1,21 @@
-"""The training core: what a training step does once transitions arrive, for any collector.
+"""The training core: counts, logging, evaluation, checkpoints, signals and failures, for any
+learner and any collector.
 
-Shape legend: ``N`` transitions per store (one per env), ``S`` stacked frames, ``H×W`` a frame.
+Shape legend: ``N`` transitions per store (one per env), ``S`` stacked frames, ``H×W`` a frame,
+``A`` actions.
 
 Two collectors feed one `TrainingCore`: the vector-env loop (`vecdqn.trainer.VectorCollector`)
 and the Ape-X block loop (`vecdqn.distributed.learner.BlockCollector`). A collector owns where
-transitions come from; the core owns everything after that, once::
+transitions come from; a `Learner` owns acting and learning (DQN: replay, pipeline and target
+network, `vecdqn.dqn`); the core owns everything else, once::
 
     TrainingCore.run(collector):
         collector.start()
         until total_steps:
-            collector.collect()  ──► core.store(...)     into the replay, through the learner
-                                 │                       pipeline (device frames, prefetch)
-                                 ├─► core.learn(k)       the updates due for k new agent steps,
-                                 │                       then the target syncs due
+            collector.collect()  ──► core.act(obs)       the learner's actions for the envs
+                                 ├─► core.store(...)     the transitions, into the learner
+                                 ├─► core.learn(k)       the learner's updates due for k new
+                                 │                       agent steps (metrics checked and logged)
                                  ├─► core.games(...)     whole games to TensorBoard
                                  └─► core.advance(k)     the agent-step count
             log ─ on_step ─ evaluate ─ stop request ─ periodic checkpoint
@@ -39,21 +42,19 @@ import numpy as np
 import torch
 
 from vecdqn import checkpoint
-from vecdqn.agent import DQNAgent
 from vecdqn.config import Config
-from vecdqn.device_replay import DeviceFrames
+from vecdqn.dqn import DQNLearner
+from vecdqn.envs import WorkerError, env_family
 from vecdqn.evaluation import evaluate, periodic_eval_seed
 from vecdqn.metrics import MetricsLogger
-from vecdqn.pipeline import LearnerPipeline
 from vecdqn.preflight import preflight
-from vecdqn.replay import PrioritizedReplayBuffer
-from vecdqn.schedules import Schedules
+from vecdqn.resume import Resumed
 from vecdqn.staging import select_device
-from vecdqn.train_state import TrainState, target_syncs_due, updates_due
-from vecdqn.vector import WorkerError
+from vecdqn.train_state import TrainState
 from vecdqn.video import video_for_tensorboard
 
-__all__ = ["Collector", "Interrupted", "NonFiniteError", "StopSignals", "TrainingCore", "evaluate_and_log"]
+__all__ = ["Collector", "Interrupted", "Learner", "NonFiniteError", "StopSignals", "TrainingCore", "evaluate_and_log",
+           "make_learner"]
 
 
 class NonFiniteError(RuntimeError):
@@ -128,11 +129,56 @@ class StopSignals:
                      "(send it again to stop at once)")
 
 
+class Learner(Protocol):
+    """What the core asks of a learner (DQN: `vecdqn.dqn.DQNLearner`). Counts live in the
+    core's `TrainState`, which `learn` reads and updates (``updates``, the target's clock)."""
+
+    network: torch.nn.Module  # the greedy policy's Q-network: (B, S, H, W) uint8 -> (B, A) float32
+    n_actions: int
+    obs_shape: tuple[int, ...]
+
+    def restore(self, saved: dict[str, Any], replay: Any) -> None:
+        """Load a checkpoint's `state_dict` (and a saved replay, where the learner keeps one)."""
+
+    def start(self) -> None:
+        """Ready to act and learn (after any `restore`)."""
+
+    def epsilon(self, step: int) -> float:
+        """The exploration rate of its actions at agent step ``step``."""
+
+    def act(self, obs: np.ndarray, step: int) -> np.ndarray:
+        """``(N, S, H, W) uint8 -> (N,) int64`` actions at agent step ``step``."""
+
+    def store(self, *transitions: Any, envs: Any = None) -> np.ndarray:
+        """Take ``obs, actions, rewards (for learning), next_obs, terminated, truncated`` of N envs."""
+
+    def learn(self, state: TrainState, agent_steps: int, report: Callable[[dict[str, float]], None]) -> None:
+        """Learn what is due for ``agent_steps`` more agent steps; each update's metrics to ``report``."""
+
+    def scalars(self, step: int) -> dict[str, float]:
+        """Its own TensorBoard scalars at agent step ``step``."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of it (networks, optimizer, generators)."""
+
+    def replay(self) -> Any:
+        """What ``--save-replay`` saves beside a checkpoint (None: nothing)."""
+
+    def close(self) -> None:
+        """Stop its threads."""
+
+
+def make_learner(config: Config, device: torch.device, obs_shape: tuple[int, ...], n_actions: int) -> Learner:
+    """The run's learner for observations ``(S, H, W)`` and ``A`` actions."""
+    return DQNLearner(config, device, obs_shape, n_actions)
+
+
 class Collector(Protocol):
     """A source of transitions for `TrainingCore.run`.
 
     ``collect`` brings the next transitions (a vector step, or the blocks that arrived): it
-    stores them with `TrainingCore.store`, runs `TrainingCore.learn` for their ``k`` agent steps,
+    acts with `TrainingCore.act`, stores them with `TrainingCore.store`, runs
+    `TrainingCore.learn` for their ``k`` agent steps,
     records finished games with `TrainingCore.games` and counts them with
     `TrainingCore.advance`. It stops at `TrainingCore.next_boundary` if it can, else after at
     most one of its vector steps beyond it.
@@ -157,45 +203,41 @@ class Collector(Protocol):
 
 
 class TrainingCore:
-    """One DQN learner: replay, agent, pipeline, logger, counters, checkpoints; fed by a collector.
+    """The training core of one run, for any learner and collector (see the module docstring).
 
     Args:
         config: the run's configuration.
         run_dir: the run folder (event files, ``config.json``, ``checkpoints/``).
         progress: show the tqdm bar.
-        resume_state: a checkpoint dict (see `checkpoint.load_training`) to continue from.
+        resume: the run to continue (`vecdqn.resume.resume`), or None for a new one.
         handle_signals: install the SIGINT/SIGTERM handlers while `stop` is entered.
         on_step: called with no arguments after each collect (after its logging).
 
-    Attributes (set up by `set_up`): ``buffer``, ``agent``, ``pipeline``, ``logger``; ``state``
-    (the `TrainState`), ``schedules``, ``device``, ``stop`` (`StopSignals`), ``failure_checkpoint``
-    (the checkpoint written when a worker failed, else None).
+    Attributes: ``state`` (the `TrainState`), ``device``, ``stop`` (`StopSignals`), ``learner``
+    (from `set_up` on), ``failure_checkpoint`` (the checkpoint written when a worker failed, else
+    None).
 
     Raises:
         ConfigError: on a bad configuration, before any env worker starts (`preflight`).
     """
 
-    def __init__(self, config: Config, run_dir: Path, *, progress: bool = True,
-                 resume_state: dict[str, Any] | None = None, handle_signals: bool = True,
-                 on_step: Callable[[], None] | None = None):
-        preflight(config, resuming=resume_state is not None)
+    def __init__(self, config: Config, run_dir: Path, *, progress: bool = True, resume: Resumed | None = None,
+                 handle_signals: bool = True, on_step: Callable[[], None] | None = None):
+        preflight(config, resuming=resume is not None)
         self.config, self.run_dir, self.progress = config, Path(run_dir), progress
-        self.resume_state, self.on_step = resume_state, on_step
+        self.resume, self.on_step = resume, on_step
         self.device = select_device(config.device)
-        self.state = TrainState.new(config)
-        self.schedules = Schedules.from_config(config)
-        self.buffer: PrioritizedReplayBuffer | None = None
-        self.agent: DQNAgent | None = None
-        self.pipeline: LearnerPipeline | None = None
-        self.logger: MetricsLogger | None = None
+        self.state = resume.state if resume is not None else TrainState.new(config)
+        self.learner: Learner | None = None
         self.failure_checkpoint: Path | None = None
         self.stop = StopSignals(handle_signals, say=self.say)
+        self._logger: MetricsLogger | None = None
         self._clock: dict[str, Any] = {}
 
     def say(self, message: str) -> None:
         """One line to the console (through the bar, once the logger runs)."""
-        if self.logger is not None:
-            self.logger.write(message)
+        if self._logger is not None:
+            self._logger.write(message)
         else:
             print(message, flush=True)
 
@@ -212,115 +254,91 @@ class TrainingCore:
         # On resume too: the file then shows the settings the run continues with.
         (self.run_dir / "config.json").write_text(c.to_json())
 
-    def set_up(self, obs_shape: tuple[int, ...], n_actions: int, *, reuse_replay: bool = True) -> dict[str, Any] | None:
-        """The replay and the agent for observations ``obs_shape`` (``(S, H, W)``) and ``n_actions``,
-        the resume state loaded into them, then the pipeline and the logger.
-
-        Args:
-            reuse_replay: on resume, continue with the checkpoint's saved replay if it has one
-                (False: refill a new one for ``learning_starts`` agent steps).
+    def set_up(self, obs_shape: tuple[int, ...], n_actions: int) -> dict[str, Any] | None:
+        """The learner for observations ``obs_shape`` (``(S, H, W)``) and ``n_actions``, the resumed
+        run's state loaded into it, then the logger.
 
         Returns:
             on resume, the checkpoint's env state (``{"snapshots", "obs", "actions"}``) if it has
             one, for the collector to continue the same games; else None.
-
-        Raises:
-            checkpoint.CheckpointError: the saved replay is corrupt.
         """
-        c = self.config
-        self.buffer = PrioritizedReplayBuffer(
-            c.buffer_size, obs_shape, alpha=c.per_alpha if c.per else 0.0, eps=c.per_eps, seed=c.seed,
-            n_step=c.n_step, gamma=c.gamma,
-        )
-        self.agent = DQNAgent(
-            n_actions, obs_shape, self.device, learning_rate=self.schedules.learning_rate(0),
-            adam_eps=c.adam_eps, max_grad_norm=c.max_grad_norm, double=c.double, dueling=c.dueling,
-            hidden_size=c.hidden_size, seed=c.seed + 1, compile=c.compile, amp=c.amp,
-            overlap_forward=c.overlap_forward,
-        )
-        note = self._restore(reuse_replay) if self.resume_state is not None else ""
-        prefetch = self.device.type == "cuda" if c.prefetch is None else c.prefetch
-        frames = DeviceFrames(self.buffer, select_device(c.replay_device)) if c.replay_device else None
-        # Built after the restore, which may replace the buffer.
-        self.pipeline = LearnerPipeline(self.buffer, self.agent, c.batch_size, per=c.per, prefetch=prefetch,
-                                        frames=frames)
+        c, r = self.config, self.resume
+        self.learner = make_learner(c, self.device, obs_shape, n_actions)
+        if r is not None:
+            self.learner.restore(r.learner, r.replay)
+            checkpoint.set_rng_states(r.rng)
+        self.learner.start()
         s = self.state
-        self.logger = MetricsLogger(str(self.run_dir), c.to_dict(), c.total_steps, initial_step=s.step,
-                                    progress=self.progress)
+        self._logger = MetricsLogger(str(self.run_dir), c.to_dict(), c.total_steps, initial_step=s.step,
+                                     progress=self.progress)
         threads = torch.get_num_threads()
-        self.logger.write(f"{self.run_dir}: {c.env_id}, {c.total_steps:,} agent steps; learner on {self.device.type} "
-                          f"({threads} torch thread{'' if threads == 1 else 's'})")
-        if self.resume_state is None:
+        self.say(f"{self.run_dir}: {c.env_id}, {c.total_steps:,} agent steps; learner on {self.device.type} "
+                 f"({threads} torch thread{'' if threads == 1 else 's'})")
+        if r is None:
             return None
-        self.logger.write(f"resumed {self.run_dir} at agent step {s.step}")
+        self.say(f"resumed {self.run_dir} at agent step {s.step}")
         if s.learn_from > s.step:
-            self.logger.write(f"{note}: refilling the buffer for --learning-starts {c.learning_starts} agent steps "
-                              f"before learning {'resumes' if s.updates else 'starts'}")
-        return self.resume_state.get("envs")
-
-    def _restore(self, reuse_replay: bool) -> str:
-        """Load the resume state into the agent, the RNGs, the replay and the `TrainState`;
-        returns why no replay was reused ("" when one was)."""
-        saved = self.resume_state
-        self.agent.load_state_dict(saved["agent"])
-        checkpoint.set_rng_states(saved["rng"])
-        replay, note = (checkpoint.load_replay(saved) if reuse_replay
-                        else (None, "a saved replay is not reused with --actors"))
-        if replay is not None:
-            self.buffer = replay
-        self.state = TrainState(**saved["train_state"]).resumed(self.config, with_replay=replay is not None)
-        return note or ""
+            self.say(f"{r.note}: refilling the buffer for --learning-starts {c.learning_starts} agent steps "
+                     f"before learning {'resumes' if s.updates else 'starts'}")
+        return r.envs
 
     # -- what collectors call --------------------------------------------------------------------------
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        """The learner's ``(N,) int64`` actions for ``(N, S, H, W) uint8`` observations, now."""
+        return self.learner.act(obs, self.state.step)
+
+    def epsilon(self) -> float:
+        """The exploration rate the learner acts with now."""
+        return self.learner.epsilon(self.state.step)
+
     def store(self, *transitions: Any, envs: Any = None) -> np.ndarray:
-        """Add transitions to the replay (`PrioritizedReplayBuffer.add`'s arguments) the one way
-        that keeps the learner pipeline consistent: after any background draw, then the device
-        copy of the frames updated (`LearnerPipeline.store`). Returns the ``(N,) int64`` slots."""
-        return self.pipeline.store(*transitions, envs=envs)
+        """Hand transitions to the learner: ``obs (N, S, H, W) uint8, actions (N,) int64, rewards
+        (N,) float (for learning: clipped, `vecdqn.acting.learner_rewards`), next_obs (N, S, H, W)
+        uint8 (`vecdqn.acting.stored_next_obs`), terminated, truncated (N,) bool``; ``envs``: which
+        of the learner's env streams they continue (None: all, in order). Returns the slots the
+        learner filed them in."""
+        return self.learner.store(*transitions, envs=envs)
 
     def learn(self, agent_steps: int) -> None:
-        """The updates due for the ``agent_steps`` agent steps after ``state.step``, then the
-        target syncs due (see `updates_due`, `target_syncs_due`); no update before
-        ``learn_from`` or before the replay holds one batch.
+        """What the learner has due for the ``agent_steps`` agent steps after ``state.step``.
 
         Raises:
             NonFiniteError: an update's loss or mean Q-value is NaN or infinite.
         """
-        c, s = self.config, self.state
-        if s.step < s.learn_from or len(self.buffer) < c.batch_size:
-            return
-        self.agent.set_learning_rate(self.schedules.learning_rate(s.step))
-        beta = self.schedules.beta(s.step)
-        for _ in range(updates_due(s.step, agent_steps, s.learn_from, c.train_frequency, s.updates - s.update_offset)):
-            self._update(beta)
-        syncs, s.next_sync = target_syncs_due(s.step, agent_steps, s.next_sync, c.target_update_frequency)
-        if syncs:
-            self.agent.sync_target()
+        self.learner.learn(self.state, agent_steps, self._report)
 
-    def _update(self, beta: float) -> None:
-        """One sampled batch, one gradient step, its priorities written back (with --prefetch:
-        the previous update's metrics and priorities; see `LearnerPipeline`)."""
-        metrics = self.pipeline.update(beta)
-        if metrics:  # prefetch: the first update's results come with the second
-            if not (math.isfinite(metrics["td_loss"]) and math.isfinite(metrics["q_values"])):
-                raise NonFiniteError(
-                    f"non-finite loss ({metrics['td_loss']}) or mean Q ({metrics['q_values']}) at agent step "
-                    f"{self.state.step}, update {self.state.updates}; a too high --learning-rate is the usual "
-                    "cause: lower it and resume from the last checkpoint"
-                )
-            self.logger.losses(metrics)
-        self.state.updates += 1
+    def _report(self, metrics: dict[str, float]) -> None:
+        """One update's metrics: checked, then kept for the next log."""
+        if not (math.isfinite(metrics["td_loss"]) and math.isfinite(metrics["q_values"])):
+            raise NonFiniteError(
+                f"non-finite loss ({metrics['td_loss']}) or mean Q ({metrics['q_values']}) at agent step "
+                f"{self.state.step}, update {self.state.updates}; a too high --learning-rate is the usual "
+                "cause: lower it and resume from the last checkpoint"
+            )
+        self._logger.losses(metrics)
 
     def games(self, games: Iterable[tuple[int, float, float]]) -> None:
-        """Record whole games ``(agent step, raw return, length)`` (length in frames for ALE games)
-        in the `TrainState` and write them to TensorBoard."""
+        """Record whole games ``(agent step, raw return, length)`` (length in the env family's
+        unit) in the `TrainState` and write them to TensorBoard."""
         for step, episodic_return, length in games:
             self.state.record_game(episodic_return, length)
-            self.logger.episode(step, episodic_return, length)
+            self._logger.episode(step, episodic_return, length)
+
+    def log(self, step: int, values: dict[str, float]) -> None:
+        """Write scalars ``{tag: value}`` at agent step ``step`` (a collector's own, per game)."""
+        self._logger.scalars(step, values)
+
+    def flush_logs(self) -> None:
+        """Write what the event files hold in memory to disk now."""
+        self._logger.writer.flush()
 
     def advance(self, agent_steps: int) -> None:
         """Count ``agent_steps`` more agent steps (after their `learn` and `store`)."""
         self.state.step += agent_steps
+
+    def policy_weights(self) -> dict[str, torch.Tensor]:
+        """The greedy policy's network weights now (``state_dict``), e.g. for remote actors."""
+        return self.learner.network.state_dict()
 
     @property
     def next_boundary(self) -> float:
@@ -364,13 +382,13 @@ class TrainingCore:
         c, s = self.config, self.state
         if self._clock["learning"] is None and s.updates > s.update_offset:
             self._clock["learning"] = (time.perf_counter(), s.step)
-            self.logger.learning_started(s.step)
+            self._logger.learning_started(s.step)
         self._log(collector)
         if self.on_step is not None:
             self.on_step()
         if s.step >= s.next_eval:
             s.next_eval += c.eval_every
-            evaluate_and_log(self.agent.online, c, s.step, self.device, self.logger)
+            evaluate_and_log(self.learner.network, c, s.step, self.device, self._logger)
         if self.stop.signum is not None:
             raise Interrupted(self.stop.signum, self.save_checkpoint("latest.pt", collector))
         if s.next_checkpoint <= s.step < c.total_steps:
@@ -384,16 +402,10 @@ class TrainingCore:
         c, s = self.config, self.state
         if s.step >= s.next_log or s.step >= c.total_steps:
             s.next_log += c.log_every
-            self.logger.scalars(s.step, {
-                "charts/beta": self.schedules.beta(s.step),
-                "charts/learning_rate": self.agent.learning_rate,
-                "replay/size": len(self.buffer),
-                "replay/priority_max": float(self.buffer.max_priority),
-                **collector.scalars(),
-            })
-            self.logger.flush_losses(s.step)
-            self.logger.sps(s.step)
-        self.logger.progress(s.step, s.mean_return, s.episodes)
+            self._logger.scalars(s.step, {**self.learner.scalars(s.step), **collector.scalars()})
+            self._logger.flush_losses(s.step)
+            self._logger.sps(s.step)
+        self._logger.progress(s.step, s.mean_return, s.episodes)
 
     def _summary(self, latest: Path, final: Path) -> dict[str, Any]:
         now, s = time.perf_counter(), self.state
@@ -410,29 +422,31 @@ class TrainingCore:
     def save_checkpoint(self, name: str = "latest.pt", collector: Collector | None = None) -> Path:
         """Write ``<run_dir>/checkpoints/<name>`` atomically; returns its path.
 
-        Holds the networks, optimizer, the whole `TrainState`, every RNG state and the config.
-        With ``collector`` it also holds its `Collector.snapshot` (the envs' emulator and wrapper
-        states, so a resume continues the very same games) and, with ``--save-replay``, the replay
-        buffer, saved beside it as one unit (see `checkpoint.save_training`).
+        Holds the learner's state (networks, optimizer, its generator), the whole `TrainState`,
+        every RNG state and the config. With ``collector`` it also holds its `Collector.snapshot`
+        (the envs' emulator and wrapper states, so a resume continues the very same games) and,
+        with ``--save-replay``, the learner's replay, saved beside it as one unit (see
+        `checkpoint.save_training`).
 
         Raises:
             checkpoint.CheckpointError: the file could not be written (the previous one is kept).
             WorkerError: ``collector``'s envs cannot be snapshotted.
         """
         envs = collector.snapshot() if collector is not None else None
+        learner = self.learner
         return checkpoint.save_training(
             self.run_dir / "checkpoints" / name,
             config=self.config.to_dict(), train_state=dataclasses.asdict(self.state),
-            agent=self.agent.state_dict(), n_actions=self.agent.n_actions, obs_shape=self.agent.obs_shape,
-            envs=envs, replay=self.buffer if self.config.save_replay and collector is not None else None,
+            agent=learner.state_dict(), n_actions=learner.n_actions, obs_shape=learner.obs_shape,
+            envs=envs, replay=learner.replay() if self.config.save_replay and collector is not None else None,
         )
 
     def close(self) -> None:
-        """Close the logger and the pipeline (whichever were set up)."""
-        if self.logger is not None:
-            self.logger.close()
-        if self.pipeline is not None:
-            self.pipeline.close()
+        """Close the logger and the learner (whichever were set up)."""
+        if self._logger is not None:
+            self._logger.close()
+        if self.learner is not None:
+            self.learner.close()
 
 
 def evaluate_and_log(network: torch.nn.Module, c: Config, step: int, device: torch.device,
@@ -444,10 +458,11 @@ def evaluate_and_log(network: torch.nn.Module, c: Config, step: int, device: tor
     stats = result.stats
     logger.scalars(step, result.scalars)
     if result.frames is not None and len(result.frames):
-        # One frame per agent step (stride = frame skip), played back in real time.
-        stride = c.frame_skip if result.length_unit == "frames" else 1
+        # One frame per agent step (stride = frames per agent step), played back in real time.
+        family = env_family(c.env_id)
+        stride = family.frames_per_step(c.env_options())
         clip = video_for_tensorboard(result.frames, max_frames=300, scale=0.5, stride=stride)
-        logger.video("eval/video", clip, step, fps=60 / stride if stride > 1 else 15)
+        logger.video("eval/video", clip, step, fps=(family.fps or 15.0) / stride)
     logger.write(
         f"eval at agent step {step}: return {stats['mean']:.2f} ± {stats['std']:.2f} over {stats['episodes']} "
         "games" + (f", human-normalized {result.hns:.3f}" if result.hns is not None else "")

@@ -48,18 +48,19 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from vecdqn.acting import epsilon_greedy
 from vecdqn.config import Config
-from vecdqn.envs import make_env
-from vecdqn.frame_tap import FrameTap
+from vecdqn.envs import env_family, make_env
+from vecdqn.envs.frame_tap import FrameTap
 from vecdqn.scores import HUMAN_RANDOM_SCORES, SCORE_SOURCE, game_name, human_normalized_score
-from vecdqn.video import ATARI_FPS, BestEpisodeRecorder
+from vecdqn.values import check_int
+from vecdqn.video import BestEpisodeRecorder
 
 __all__ = [
     "EVAL_SEED_OFFSET",
     "EvalResult",
     "evaluate",
     "periodic_eval_seed",
-    # Re-exported from their homes (vecdqn.checkpoint, vecdqn.video) for existing callers.
 ]
 
 
@@ -227,12 +228,12 @@ def evaluate(
         config, episodes, epsilon, noop_max, max_episode_frames, record_max_frames
     )
     video = Path(video_path) if video_path is not None else None
-    fps = video_fps or ATARI_FPS
-    recorder = BestEpisodeRecorder(record, record_max_frames, video, fps) if record or video else None
+    family = env_family(config.env_id)
+    recorder = BestEpisodeRecorder(record, record_max_frames, video, video_fps or 60.0) if record or video else None
     env, tap = _tapped_env(config, recorder, noop_max=noop_max, max_episode_frames=max_episode_frames)
     try:
         if recorder is not None and video_fps is None:
-            recorder.fps = tap.fps  # real time: the env's own frame rate
+            recorder.fps = family.playback_fps(env)  # real time: the env's own frame rate
         actor = _make_actor(env, q_network, config, torch.device(device), epsilon, seed, fire_on_life_loss)
         returns, lengths, truncated = _play_games(env, tap, actor, recorder, episodes, seed, max_episode_frames)
     finally:
@@ -241,11 +242,11 @@ def evaluate(
             recorder.cleanup()
     return EvalResult(
         config.env_id, returns, lengths, truncated, epsilon=float(epsilon), seed=seed,
-        noop_max=noop_max if tap.is_ale else 0,  # non-ALE envs get no no-op starts
+        noop_max=noop_max if family.fire_and_noop else 0,
         max_episode_frames=max_episode_frames,
         best_episode=int(np.argmax(returns)),
         fire_on_life_loss=actor.fire_action is not None,
-        length_unit="frames" if tap.is_ale else "env steps",
+        length_unit=family.length_unit,
         frames=np.stack(recorder.best) if record and recorder.best else None,
         video_path=str(video) if video is not None else None,
     )
@@ -266,8 +267,7 @@ def _checked_protocol(
             outside [0, 1], ``noop_max < 0``, ``max_episode_frames < 1`` or
             ``record_max_frames < 1``.
     """
-    if isinstance(episodes, bool) or int(episodes) != episodes or episodes < 1:
-        raise ValueError(f"episodes={episodes!r} must be a positive integer")
+    check_int(f"episodes={episodes!r}", episodes, 1, "use a positive number of games")
     if not 0.0 <= epsilon <= 1.0:
         raise ValueError(f"epsilon={epsilon!r} must be in [0, 1]")
     noop_max = config.noop_max if noop_max is None else int(noop_max)
@@ -297,12 +297,13 @@ def _tapped_env(
         taps.append(FrameTap(env, on_frame=recorder))
         return taps[-1]
 
+    # The run's preprocessing, with whole games (the score papers report) and the evaluation's
+    # no-op and frame caps (frames), where the env's family has them.
+    protocol = {"episodic_life": False, "noop_max": noop_max, "max_episode_frames": max_episode_frames}
+    options = env_family(config.env_id).options
     env = make_env(
         config.env_id,
-        # The run's preprocessing, with whole games (the score papers report) and the
-        # evaluation's no-op and frame caps (frames).
-        dataclasses.replace(config.env_options(), episodic_life=False, noop_max=noop_max,
-                            max_episode_frames=max_episode_frames),
+        dataclasses.replace(config.env_options(), **{k: v for k, v in protocol.items() if k in options}),
         base_wrapper=tap,  # sees every raw frame: counts them, sums the score, records
     )
     return env, taps[0]
@@ -320,12 +321,14 @@ class _Actor:
     fire_action: int | None
 
     def __call__(self, obs: np.ndarray) -> int:
-        """The action for one ``(S, 84, 84) uint8`` observation."""
-        if self.rng.random() < self.epsilon:
-            return int(self.rng.integers(self.n_actions))
+        """The ε-greedy action (`vecdqn.acting.epsilon_greedy`) for one ``(S, 84, 84) uint8``
+        observation."""
+        return int(epsilon_greedy(self.rng, self.epsilon, self.n_actions, 1, lambda: self._greedy(obs))[0])
+
+    def _greedy(self, obs: np.ndarray) -> np.ndarray:
         with torch.inference_mode():
             obs_t = torch.from_numpy(np.ascontiguousarray(obs)[None]).to(self.device)
-            return int(self.q_network(obs_t).argmax(dim=1).item())
+            return self.q_network(obs_t).argmax(dim=1).cpu().numpy()
 
 
 def _make_actor(

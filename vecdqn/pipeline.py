@@ -131,6 +131,12 @@ class LearnerPipeline:
             self.frames.sync()
         return slots
 
+    def set_priorities(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
+        """``buffer.update_priorities(slots, td_errors)`` once no draw is running (priorities that
+        arrive with transitions, such as an Ape-X actor's initial ones)."""
+        self.drain()
+        self.buffer.update_priorities(slots, td_errors)
+
     def drain(self) -> None:
         """Wait for the draw in progress and keep its batch for the next update."""
         if self._drawing is not None:

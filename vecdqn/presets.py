@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PRESETS", "PRESET_SOURCES"]
+__all__ = ["PRESETS", "PRESET_SOURCES", "check_preset"]
 
 # Named starting points. Each maps option names to values; explicit command-line options win.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -40,7 +40,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         eval_every=0,
         per_alpha=0.5,
     ),
-    # Pong on two CPU cores, as fast as it learns in wall-clock time (see README, "Does it learn?").
+    # Pong on two CPU cores, as fast as it learns in wall-clock time (docs/results.md).
     # One batch-32 update per agent step, lr 1e-4, target sync every 1,000, epsilon 1 -> 0.02 over
     # 100,000, learning from 10,000: the Pong settings of Lapan, "Deep Reinforcement Learning
     # Hands-On" (3rd ed., ch. 8), with its tuned discount 0.98 and 3-step targets (its tuned
@@ -52,9 +52,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         screen_size=44,  # a quarter of 84x84's convolution work; the torso still covers every pixel
         hidden_size=256,
         # Half of Lapan's 100,000: the last 50,000 transitions (~9 minutes of the run) stay close to
-        # the fast-changing policy. Seed 1 reached +20.6 at 325,000 agent steps with it, against
-        # +12.3 at 300,000 and +13.0 at 350,000 with 100,000; seed 2 learned about as with
-        # 100,000 (+6.1 against +5.1 at 325,000). README, "Does it learn?".
+        # the fast-changing policy (the measured comparison is in docs/results.md).
         buffer_size=50_000,
         learning_starts=10_000,
         train_frequency=1,
@@ -71,8 +69,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         epsilon_end=0.02,
         epsilon_decay_steps=100_000,
         per_beta_steps=500_000,
-        # One learner thread: the four env workers need part of the second core, and the whole
-        # run goes ~10% faster than with two (README, "Does it learn?"); the update is the same.
+        # One learner thread: the four env workers need part of the second core (the measured
+        # speeds are in docs/performance.md); the update is the same.
         torch_threads=1,
         log_every=5_000,
         checkpoint_every=25_000,
@@ -121,3 +119,9 @@ PRESET_SOURCES = {
             "ch. 8: its tuned gamma 0.98 and 3-step targets, with double/dueling/PER and half its 100,000 replay)",
     "labml": "labml's annotated DQN experiment on Breakout (labml_nn.rl.dqn), converted to agent steps",
 }
+
+
+def check_preset(name: str) -> None:
+    """Raise ``ValueError`` naming ``name`` and the presets there are, unless it is one of them."""
+    if name not in PRESETS:
+        raise ValueError(f"--preset {name!r} is unknown; choose one of {sorted(PRESETS)}")

@@ -26,7 +26,7 @@ class PiecewiseLinear:
             raise ValueError("PiecewiseLinear needs at least one (step, value) point, got none")
         steps = [float(s) for s, _ in points]
         if any(b <= a for a, b in zip(steps, steps[1:])):
-            raise ValueError(f"PiecewiseLinear steps must increase strictly, got {steps}")
+            raise ValueError(f"the steps {[s for s, _ in points]} must increase strictly")
         self.steps = steps
         self.values = [float(v) for _, v in points]
 

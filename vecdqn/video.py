@@ -2,7 +2,7 @@
 
 Shape legend: ``T`` frames, ``H×W`` screen (210×160 for raw ALE frames). Frames are RGB
 ``(H, W, 3) uint8``; a TensorBoard clip is ``(1, T, 3, H, W) uint8`` (``SummaryWriter.add_video``'s
-layout). Frames from `vecdqn.frame_tap.FrameTap` on an ALE game are emulator frames (four per
+layout). Frames from `vecdqn.envs.frame_tap.FrameTap` on an ALE game are emulator frames (four per
 agent step with the usual frame skip), so ``ATARI_FPS`` plays them in real time.
 
 mp4 files are written with OpenCV's ``VideoWriter`` (codec mp4v) to a temporary file beside the

@@ -2,7 +2,7 @@
 emulator's ceiling.
 
 Impls: ``gymnasium`` (the anchor: `AsyncVectorEnv` over gymnasium's own `AtariPreprocessing` and
-`FrameStackObservation`), ``vecdqn`` (`vecdqn.vector.make_vector_env`) and ``ale_vector``
+`FrameStackObservation`), ``vecdqn`` (`vecdqn.envs.make_vector_env`) and ``ale_vector``
 (ale-py's C++ `AtariVectorEnv`), each under uniformly random actions on Breakout; then
 ``emulator_ceiling``: raw frames/s of one emulator times the cores, over 4 frames per agent step.
 """
@@ -50,7 +50,7 @@ def make_env_impls(num_envs: int) -> dict[str, object]:
     import gymnasium as gym
     from gymnasium.vector import AutoresetMode
 
-    from vecdqn.vector import make_vector_env
+    from vecdqn.envs import make_vector_env
 
     return {
         "gymnasium": gym.vector.AsyncVectorEnv([_gymnasium_reference_env] * num_envs, shared_memory=True,

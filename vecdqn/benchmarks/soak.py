@@ -84,7 +84,8 @@ def soak(steps: int, every: int, buffer_size: int, log_dir: str) -> list[SoakSam
     ])
     # The replay holds buffer_size frame slots: full after about that many agent steps.
     sampler = Sampler(every, start=2 * buffer_size)
-    Trainer(config, progress=False, handle_signals=False, on_step=lambda t: sampler.maybe_sample(t.step)).run()
+    Trainer(config, progress=False, handle_signals=False,
+            on_step=lambda trainer: sampler.maybe_sample(trainer.core.state.step)).run()
     return sampler.samples
 
 

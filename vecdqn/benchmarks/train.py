@@ -70,7 +70,7 @@ def single_loop_sps(args: argparse.Namespace) -> float:
 def _bounds(args: argparse.Namespace, threads: int) -> tuple[dict[str, float], float]:
     """``({impl: learner-only updates/s at batch 32}, env-only agent steps/s)``, medians over
     ``--repeats``."""
-    from vecdqn.vector import make_vector_env
+    from vecdqn.envs import make_vector_env
 
     seconds = 0.1 if args.quick else 2.0
     learner = {name: statistics.median(learner_updates_per_second(32, args.device, threads, dueling=d, double=d,

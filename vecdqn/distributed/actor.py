@@ -20,11 +20,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from vecdqn.acting import epsilon_greedy, learner_rewards, stored_next_obs
 from vecdqn.config import Config
 from vecdqn.distributed.blocks import Block
+from vecdqn.envs import WorkerGuard
 from vecdqn.model import QNetwork
 from vecdqn.replay import NStepAccumulator
-from vecdqn.vector import WorkerGuard
 
 __all__ = ["Actor", "apex_epsilons", "restarted"]
 
@@ -123,23 +124,18 @@ class Actor:
         resets = []
         for t in range(steps):
             u = self.vector_step
-            explore = self.rng.random(k) < self.epsilon
-            actions = np.where(explore, self.rng.integers(self.q.shape[1], size=k), self.q.argmax(axis=1))
+            actions = epsilon_greedy(self.rng, self.epsilon, self.q.shape[1], k, self.q.argmax(axis=1))
             self.q_taken[:, u % n] = self.q[rows, actions]
             self.envs.step_async(actions, u * k)
             next_obs, rewards, terminated, truncated, infos = self.envs.step_wait(u * k)
             done = terminated | truncated
-            stored_next = next_obs
-            if done.any():  # SAME_STEP autoreset: the ended episode's last obs is final_obs
-                stored_next = next_obs.copy()
-                for i in np.flatnonzero(done):
-                    stored_next[i] = infos["final_obs"][i]
+            stored_next = stored_next_obs(next_obs, terminated, truncated, infos)
+            if done.any():
                 resets.append(next_obs[done])
             q_all = self._q_values(np.concatenate([next_obs, stored_next[done]]))
             value = q_all[:k].max(axis=1)
             value[done] = q_all[k:].max(axis=1)
-            learn_rewards = np.sign(rewards) if c.clip_rewards else rewards
-            self._priorities(block, t, u, learn_rewards, terminated, truncated, value)
+            self._priorities(block, t, u, learner_rewards(rewards, c.clip_rewards), terminated, truncated, value)
             block.record(t, stored_next[:, -1], actions, rewards, terminated, truncated)
             block.add_episodes(t, infos)
             self.obs, self.q = next_obs, q_all[:k]

@@ -13,13 +13,15 @@ starts (an actor's first block, and each reset). The learner rebuilds the stacks
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from vecdqn.replay import PrioritizedReplayBuffer
+from vecdqn.acting import ended_games, learner_rewards
+
+if TYPE_CHECKING:
+    from vecdqn.dqn import DQNLearner
 
 __all__ = ["Block", "BlockIngest"]
 
@@ -115,13 +117,8 @@ class Block:
         self.terminated[t], self.truncated[t] = terminated, truncated
 
     def add_episodes(self, t: int, infos: dict[str, Any]) -> None:
-        """The whole games that ended at row ``t`` (``final_info``'s, or rarely the reset's
-        ``episode`` statistics, as `vecdqn.trainer.Trainer` reads them)."""
-        for source in (infos.get("final_info", {}), infos):
-            stats = source.get("episode")
-            if stats is not None:
-                for k in np.flatnonzero(source["_episode"]):
-                    self.episodes.append((t, int(k), float(stats["r"][k]), float(stats["l"][k])))
+        """The whole games that ended at row ``t`` (`vecdqn.acting.ended_games`)."""
+        self.episodes += [(t, k, episodic_return, length) for k, episodic_return, length in ended_games(infos, 0)]
 
 
 class _Step(NamedTuple):
@@ -139,39 +136,37 @@ class _Step(NamedTuple):
 
 
 class BlockIngest:
-    """Files blocks of ``A`` actors × ``K`` envs into one `PrioritizedReplayBuffer`: actor a's
+    """Files blocks of ``A`` actors × ``K`` envs into one DQN learner's replay: actor a's
     env k is the replay's env ``a·K + k``, with its own ring, so stacking and n-step returns are
     exactly those of a single-process run over the same games.
 
     Each actor's last step is held back until its next block shows how its stream continues:
     when the actor was restarted (its next block brings ``first_obs``), the held step is added as
     a truncation, so no n-step window spans two processes' games. Initial priorities ``|δ|``
-    from the actor replace the max priority as each window completes (`update_priorities` adds
-    the replay's ε: ``p = |δ| + ε``, Horgan et al. 2018).
+    from the actor replace the max priority as each window completes (the replay adds its ε:
+    ``p = |δ| + ε``, Horgan et al. 2018). Transitions and priorities reach the replay the way every
+    replay write does, through the learner's pipeline (`DQNLearner.store`,
+    `DQNLearner.set_priorities`).
 
     Args:
-        buffer: the replay (its N is fixed here to ``A·K``).
+        learner: the DQN learner, started (its replay's N is fixed here to ``A·K``).
         actors, actor_envs: ``A`` and ``K``.
-        store: how transitions reach the replay: ``store(obs, actions, rewards, next_obs,
-            terminated, truncated, envs=...) -> slots`` (the learner passes `TrainingCore.store`,
-            which keeps the learner pipeline's device frames and prefetch draws consistent);
-            None: ``buffer.add``.
         clip_rewards: store ``sign(reward)`` (Mnih et al. 2015).
         prioritize: use the actors' priorities (off for uniform replay).
 
     Raises:
-        ValueError: a buffer whose N is already another.
+        ValueError: a replay whose N is already another.
     """
 
-    def __init__(self, buffer: PrioritizedReplayBuffer, actors: int, actor_envs: int, *,
-                 store: Callable[..., np.ndarray] | None = None, clip_rewards: bool = True, prioritize: bool = True):
-        self.buffer, self.actors, self.k = buffer, actors, actor_envs
-        self.store = store if store is not None else buffer.add
+    def __init__(self, learner: DQNLearner, actors: int, actor_envs: int, *, clip_rewards: bool = True,
+                 prioritize: bool = True):
+        self.learner, self.actors, self.k = learner, actors, actor_envs
         self.clip_rewards, self.prioritize = clip_rewards, prioritize
-        buffer.start_envs(actors * actor_envs)
+        self.n_step = learner.buffer.n_step
+        learner.buffer.start_envs(actors * actor_envs)
         self._obs: dict[int, np.ndarray] = {}  # actor -> (K, S, H, W) obs its next step acts in
         self._held: dict[int, _Step] = {}
-        self._slot_of = np.zeros((actors * actor_envs, buffer.n_step), dtype=np.int64)  # [env, u % n]
+        self._slot_of = np.zeros((actors * actor_envs, self.n_step), dtype=np.int64)  # [env, u % n]
         self.dropped_blocks = 0
 
     def envs_of(self, actor: int) -> np.ndarray:
@@ -221,11 +216,11 @@ class BlockIngest:
         return steps
 
     def _add(self, actor: int, step: _Step) -> None:
-        envs, n = self.envs_of(actor), self.buffer.n_step
-        rewards = np.sign(step.rewards) if self.clip_rewards else step.rewards
-        slots = self.store(step.obs, step.actions, rewards, step.next_obs, step.terminated, step.truncated, envs=envs)
+        envs, n = self.envs_of(actor), self.n_step
+        slots = self.learner.store(step.obs, step.actions, learner_rewards(step.rewards, self.clip_rewards),
+                                   step.next_obs, step.terminated, step.truncated, envs=envs)
         self._slot_of[envs, step.u % n] = slots
         if self.prioritize:  # right after the store, in this thread: no draw runs until the next update
             k, j = np.nonzero(np.isfinite(step.priorities))
             if k.size:
-                self.buffer.update_priorities(self._slot_of[envs[k], (step.u - j) % n], step.priorities[k, j])
+                self.learner.set_priorities(self._slot_of[envs[k], (step.u - j) % n], step.priorities[k, j])

@@ -67,7 +67,7 @@ class BlockCollector:
     Args:
         core: the `TrainingCore` it feeds (set up).
         pool: the actors.
-        ingest: files blocks into the core's replay through `TrainingCore.store`.
+        ingest: files blocks into the learner's replay.
     """
 
     def __init__(self, core: TrainingCore, pool: ActorPool, ingest: BlockIngest):
@@ -83,7 +83,7 @@ class BlockCollector:
     def publish(self) -> None:
         """Put the online network's weights where the actors' next requests find them."""
         self.published_at = self.core.state.updates
-        self.pool.publish(self.published_at, self.core.agent.online.state_dict())
+        self.pool.publish(self.published_at, self.core.policy_weights())
 
     def collect(self) -> None:
         """File the finished blocks (taken when none is pending, waiting up to 1 s for one), each
@@ -113,7 +113,7 @@ class BlockCollector:
                  for t, env, episodic_return, length in block.episodes]
         core.games(games)
         for step, episodic_return, _ in games:
-            core.logger.scalars(step, {f"charts/episodic_return/actor_{block.actor}": episodic_return})
+            core.log(step, {f"charts/episodic_return/actor_{block.actor}": episodic_return})
         core.learn(block.agent_steps)
         core.advance(block.agent_steps)
         if s.updates - self.published_at >= core.config.weight_sync_every:
@@ -170,9 +170,9 @@ class DistributedTrainer(TrainerBase):
             with core.stop:
                 with core.stop.held():  # a Ctrl-C stops the run once Ray is up, not Ray halfway
                     start_ray(c.ray_address, c.actors)
-                core.set_up(obs_shape, n_actions, reuse_replay=False)
-                ingest = BlockIngest(core.buffer, c.actors, c.actor_envs, store=core.store,
-                                     clip_rewards=c.clip_rewards, prioritize=c.per)
+                core.set_up(obs_shape, n_actions)
+                ingest = BlockIngest(core.learner, c.actors, c.actor_envs, clip_rewards=c.clip_rewards,
+                                     prioritize=c.per)
                 self.pool = ActorPool(c, n_actions, obs_shape, seed=c.seed + core.state.step,
                                       on_restart=ingest.end_stream, log=core.say)
                 core.say(f"{c.actors} actors x {c.actor_envs} envs, epsilons "

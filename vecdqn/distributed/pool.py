@@ -37,7 +37,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from vecdqn.config import Config
 from vecdqn.distributed.actor import Actor, apex_epsilons
 from vecdqn.distributed.blocks import Block
-from vecdqn.vector import WorkerError
+from vecdqn.envs import WorkerError
 
 __all__ = ["ActorPool", "start_ray"]
 
@@ -53,7 +53,7 @@ def start_ray(address: str, actors: int) -> bool:
     after the start (`vecdqn.core.StopSignals.held`): a start cut halfway leaves processes that
     nothing stops. SIGINT is blocked while Ray starts its processes, which inherit that: a Ctrl-C
     reaches a terminal's whole process group, and this process, not each of Ray's, decides how to
-    stop (``ray.shutdown()`` stops them), as the env workers ignore it (`vecdqn.vector.WorkerGuard.start`).
+    stop (``ray.shutdown()`` stops them), as the env workers ignore it (`vecdqn.envs.WorkerGuard.start`).
 
     Returns:
         True when this call connected (the caller calls ``ray.shutdown()`` at the end, which

@@ -112,4 +112,4 @@ class Catch(gym.Env):
 
 
 if CATCH_ID not in gym.registry:
-    gym.register(id=CATCH_ID, entry_point="vecdqn.catch:Catch")
+    gym.register(id=CATCH_ID, entry_point="vecdqn.envs.catch:Catch")

@@ -20,8 +20,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecdqn.video import ATARI_FPS
-
 __all__ = ["FrameTap"]
 
 
@@ -34,11 +32,8 @@ class FrameTap(gym.Wrapper):
     discards that game, and so does the count).
 
     Attributes:
-        frames: emulator frames (base-env steps) since the last base reset.
+        frames: base-env steps (emulator frames for the ALE) since the last base reset.
         score: sum of the raw rewards of those frames: the game's score.
-        is_ale: whether the base env is an ALE game (else ``frames`` counts env steps).
-        fps: real-time playback rate of the frames: 60 for the ALE, else the env's
-            ``metadata["render_fps"]`` (60 if it has none).
 
     Args:
         env: the base env (``gym.make`` result).
@@ -58,9 +53,6 @@ class FrameTap(gym.Wrapper):
         self.score = 0.0
         self.on_frame = on_frame
         self._screen = _rgb_source(env) if on_frame is not None else None
-        self.is_ale = getattr(env.unwrapped, "ale", None) is not None
-        # Real-time playback: the ALE runs at 60 frames/s; other envs say so in their metadata.
-        self.fps = float(ATARI_FPS if self.is_ale else env.metadata.get("render_fps") or ATARI_FPS)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, info = self.env.reset(seed=seed, options=options)

@@ -1,10 +1,9 @@
-"""Preprocessed envs from options: the env-id registry, ``make_env`` and ``make_atari_env``.
+"""Preprocessed envs from options: ``make_env``.
 
-`make_env` composes `vecdqn.wrappers`' wrappers around ``gym.make``'s env in the order given in
-that module's docstring (the DQN preprocessing for ALE ids; only RecordEpisodeStatistics,
-GrayscaleResize and FrameStack for other ids such as ``vecdqn/Catch-v0``), from one validated
-`vecdqn.config.EnvOptions`. The registry part names which ids exist (with close matches for a
-typo) and which are ALE games, without building an env.
+`make_env` builds an env id's base env through its family's maker (`vecdqn.envs.family`: the DQN
+preprocessing of `vecdqn.envs.wrappers` for ALE ids; only RecordEpisodeStatistics for other ids
+such as ``vecdqn/Catch-v0``), then resizes and stacks its frames, from one validated
+`vecdqn.envs.EnvOptions`.
 
 Shape: observations ``(S, screen_size, screen_size) uint8`` (``S`` = ``frame_stack``).
 Units: ``noop_max`` and ``max_episode_frames`` count emulator frames; one agent step is
@@ -14,56 +13,16 @@ Units: ``noop_max`` and ``max_episode_frames`` count emulator frames; one agent 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Callable
 from typing import Any
 
-import ale_py
 import gymnasium as gym
 
-from vecdqn.config import EnvOptions
-from vecdqn.wrappers import (
-    EpisodicLife,
-    FireReset,
-    FrameStack,
-    GrayscaleResize,
-    MaxAndSkip,
-    NoopReset,
-    action_meanings,
-)
+from vecdqn.envs.family import env_family
+from vecdqn.envs.options import EnvOptions
+from vecdqn.envs.wrappers import FrameStack, GrayscaleResize
 
-__all__ = ["check_env_id", "check_env_options", "env_options", "is_ale_env_id", "make_atari_env", "make_env"]
-
-# The ALE's own entry point; envs registered with it get the Atari-only wrappers.
-ALE_ENTRY_POINT = "ale_py.env:AtariEnv"
-
-
-def _register_envs() -> None:
-    """Register the ALE's and vecdqn's env ids (idempotent, cheap after the first call).
-
-    Also keeps only the ALE's errors on stderr: its banner, printed by every emulator that
-    loads a ROM, would otherwise precede each one-line error message and repeat once per worker.
-    """
-    gym.register_envs(ale_py)
-    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
-    import vecdqn.catch  # noqa: F401  (registers vecdqn/Catch-v0)
-
-
-def is_ale_env_id(env_id: str) -> bool:
-    """Whether ``env_id`` is registered with the ALE's ``AtariEnv`` entry point."""
-    _register_envs()
-    return gym.spec(env_id).entry_point == ALE_ENTRY_POINT
-
-
-def check_env_id(env_id: str) -> None:
-    """Raise ``ValueError`` unless ``env_id`` is registered (naming close matches)."""
-    if not isinstance(env_id, str):
-        raise ValueError(f"env_id={env_id!r} is invalid; use a registered id such as 'ALE/Breakout-v5'")
-    _register_envs()
-    if env_id not in gym.registry:
-        close = difflib.get_close_matches(env_id, list(gym.registry), n=5, cutoff=0.6)
-        hint = f"did you mean one of {close}?" if close else "see gymnasium.registry for ids"
-        raise ValueError(f"unknown env id {env_id!r}; {hint}")
+__all__ = ["check_env_options", "env_options", "make_env"]
 
 
 def env_options(options: EnvOptions | None = None, **option_kwargs: Any) -> EnvOptions:
@@ -89,10 +48,18 @@ def check_env_options(env_id: str, options: EnvOptions | None = None, **option_k
     """Validate an env id and its options without creating an env; returns the options.
 
     Raises:
-        ValueError: an unknown id (with close matches), an unknown option or an invalid value.
+        ValueError: an unknown id (with close matches), an unknown option, an invalid value, or an
+            option its family does not use (`EnvFamily.options`) set away from its default.
     """
-    check_env_id(env_id)
-    return env_options(options, **option_kwargs)
+    o = env_options(options, **option_kwargs)
+    family = env_family(env_id)
+    changed = [f.name for f in dataclasses.fields(EnvOptions) if getattr(o, f.name) != f.default]
+    unused = family.unused(changed)
+    if unused:
+        raise ValueError(f"{', '.join(f'{n}={getattr(o, n)!r}' for n in unused)}: {env_id} is an env of the "
+                         f"{family.name} family, which takes only {', '.join(sorted(family.options))}; leave "
+                         f"{'it' if len(unused) == 1 else 'them'} at the default")
+    return o
 
 
 def make_env(
@@ -106,11 +73,12 @@ def make_env(
 
     ALE ids (e.g. ``"ALE/Breakout-v5"``) get the full DQN preprocessing in the module
     docstring's order. Other ids (e.g. ``"vecdqn/Catch-v0"``) get RecordEpisodeStatistics,
-    GrayscaleResize and FrameStack only; the Atari-only options are ignored for them.
+    GrayscaleResize and FrameStack only, and take only ``screen_size`` and ``frame_stack``
+    (`vecdqn.envs.env_family`): another option set away from its default is refused.
 
     Args:
         env_id: a registered gymnasium id.
-        options: the preprocessing options (`vecdqn.config.EnvOptions`: units and defaults
+        options: the preprocessing options (`vecdqn.envs.EnvOptions`: units and defaults
             there), or give them as keywords instead, with the same names:
             ``make_env("ALE/Pong-v5", frame_skip=4, noop_max=30)``. Briefly:
             ``noop_max`` most no-op *frames* after a real reset (count drawn from 1..noop_max;
@@ -135,37 +103,6 @@ def make_env(
         ValueError: an unknown id (with close matches), an unknown option or an invalid value.
     """
     o = check_env_options(env_id, options, **option_kwargs)
-    if is_ale_env_id(env_id):
-        sticky = {} if o.repeat_action_probability is None else {
-            "repeat_action_probability": float(o.repeat_action_probability)}
-        env = gym.make(
-            env_id,
-            obs_type="grayscale",
-            frameskip=1,
-            # The ALE reads 0 as "no cap"; ALE/*-v5 ids would otherwise default to 108,000.
-            max_num_frames_per_episode=0 if o.max_episode_frames is None else int(o.max_episode_frames),
-            **sticky,
-        )
-        if base_wrapper is not None:
-            env = base_wrapper(env)
-        # Under the life-loss wrapper, and under the skip so its length counts frames.
-        env = gym.wrappers.RecordEpisodeStatistics(env)
-        if o.noop_max > 0:
-            env = NoopReset(env, noop_max=o.noop_max)
-        env = MaxAndSkip(env, skip=o.frame_skip)
-        if o.episodic_life:
-            env = EpisodicLife(env)
-        if o.fire_reset and "FIRE" in (action_meanings(env) or []):
-            env = FireReset(env)
-    else:
-        env = gym.make(env_id)
-        if base_wrapper is not None:
-            env = base_wrapper(env)
-        env = gym.wrappers.RecordEpisodeStatistics(env)
+    env = env_family(env_id).make(env_id, o, base_wrapper)
     env = GrayscaleResize(env, screen_size=o.screen_size)
-    env = FrameStack(env, num_stack=o.frame_stack)
-    return env
-
-
-#: The historical name; the same function (it also makes non-ALE envs such as Catch).
-make_atari_env = make_env
+    return FrameStack(env, num_stack=o.frame_stack)

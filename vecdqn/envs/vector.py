@@ -20,34 +20,15 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
-from vecdqn.config import EnvOptions
-from vecdqn.envs import check_env_options, make_env
+from vecdqn.envs.make import check_env_options, make_env
+from vecdqn.envs.options import EnvOptions
+from vecdqn.values import check_int
 
-__all__ = ["WorkerError", "WorkerGuard", "ended_games", "make_vector_env"]
+__all__ = ["WorkerError", "WorkerGuard", "make_vector_env"]
 
 
 class WorkerError(RuntimeError):
     """An env worker raised, died or did not answer in time."""
-
-
-def ended_games(infos: dict[str, Any], first_step: int) -> list[tuple[int, float, float]]:
-    """The whole games that ended in one vector step, as ``(agent step, raw return, length)``.
-
-    Env ``i`` of a vector step whose first agent step is ``first_step`` (``t − N + 1`` for the
-    step that ends at agent step ``t``) is agent step ``first_step + i``: games that end on the
-    same vector step get distinct steps. Lengths are in frames for ALE games.
-
-    A game normally ends on a step (its statistics are in ``final_info``); rarely it ends inside
-    a reset (the life-loss continuation's no-op or FIRE reaches the frame cap), and the wrappers
-    then put its statistics in the reset's info, the top-level ``info``.
-    """
-    games = []
-    for source in (infos.get("final_info", {}), infos):
-        stats = source.get("episode")
-        if stats is not None:
-            games += [(first_step + int(i), float(stats["r"][i]), float(stats["l"][i]))
-                      for i in np.flatnonzero(source["_episode"])]
-    return games
 
 
 def _make_worker_env(env_id: str, options: EnvOptions) -> gym.Env:
@@ -57,12 +38,11 @@ def _make_worker_env(env_id: str, options: EnvOptions) -> gym.Env:
     interpreter, so registrations made in the parent (``gym.register_envs(ale_py)``, the
     import of ``vecdqn`` that registers Catch) do not exist there.
     """
-    import ale_py
     import cv2
 
-    import vecdqn  # noqa: F401  (registers vecdqn/Catch-v0)
+    from vecdqn.envs.family import register_envs
 
-    gym.register_envs(ale_py)
+    register_envs()  # the ALE's ids and vecdqn/Catch-v0
     # One worker is one core's worth of work: OpenCV's own thread pool (as many threads as
     # cores, in every worker) would only add contention for the resize of one small frame.
     cv2.setNumThreads(1)
@@ -88,15 +68,14 @@ def make_vector_env(
         num_envs: number of envs (worker processes), at least 1.
         context: multiprocessing start method (``"fork"``, ``"spawn"``, ``"forkserver"``);
             None: the platform default.
-        options: the env options (`vecdqn.config.EnvOptions`), or give them as keywords
+        options: the env options (`vecdqn.envs.EnvOptions`), or give them as keywords
             (``**wrapper_options``, the same names), not both.
 
     Raises:
         ValueError: ``num_envs < 1``, an unknown start method, env id or option, or an invalid
             option value; all checked before any worker process starts.
     """
-    if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
-        raise ValueError(f"num_envs={num_envs!r} is invalid; use at least 1 env")
+    check_int(f"num_envs={num_envs!r}", num_envs, 1, "use at least 1 env")
     methods = multiprocessing.get_all_start_methods()
     if context is not None and context not in methods:
         raise ValueError(f"context={context!r} is not a start method here; use one of {methods}")

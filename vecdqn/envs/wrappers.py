@@ -25,8 +25,7 @@ Wrapper order, innermost first::
     FrameStack(4)                                 (4, 84, 84) uint8, oldest first
 
 For non-ALE envs (e.g. ``vecdqn/Catch-v0``) ``make_env`` keeps only RecordEpisodeStatistics,
-GrayscaleResize and FrameStack. ``make_env`` and ``make_atari_env`` live in `vecdqn.envs` and
-stay importable from here.
+GrayscaleResize and FrameStack (see `vecdqn.envs.family`).
 """
 
 from __future__ import annotations
@@ -38,12 +37,11 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from vecdqn.ale_direct import EPISODE_KEY, direct_ale, record_frames
-from vecdqn.config import EnvOptions
-from vecdqn.env_state import get_env_state, set_env_state
+from vecdqn.envs.ale_direct import EPISODE_KEY, direct_ale, record_frames
+from vecdqn.envs.state import get_env_state, set_env_state
+from vecdqn.values import check_int
 
 __all__ = [
-    "EnvOptions",
     "EpisodicLife",
     "FireReset",
     "FrameStack",
@@ -51,30 +49,12 @@ __all__ = [
     "MaxAndSkip",
     "NoopReset",
     "action_meanings",
-    "get_env_state",
-    "make_atari_env",  # noqa: F822 - provided by __getattr__
-    "make_env",  # noqa: F822 - provided by __getattr__
-    "set_env_state",
 ]
-
-# Built in vecdqn.envs (which imports this module), re-exported lazily by `__getattr__` below.
-_FROM_ENVS = ("make_atari_env", "make_env")
-
-
-def __getattr__(name: str) -> Any:
-    """``from vecdqn.wrappers import make_atari_env`` keeps working: it is `vecdqn.envs`' (imported
-    on first use, as an import at the top would be circular)."""
-    if name in _FROM_ENVS:
-        from vecdqn import envs
-
-        return getattr(envs, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _check_int(name: str, value: Any, minimum: int, hint: str) -> None:
-    """Raise ``ValueError`` unless ``value`` is an int (not bool) ``>= minimum``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name}={value!r} is invalid; {hint}")
+    """`check_int` with ``"name=value"`` as the wrappers' keyword arguments spell it."""
+    check_int(f"{name}={value!r}", value, minimum, hint)
 
 
 def _carry_episode_stats(step_info: dict[str, Any], reset_info: dict[str, Any]) -> None:
