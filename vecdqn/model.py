@@ -18,40 +18,65 @@ class QNetwork(nn.Module):
     ``Q(s, a) = V(s) + A(s, a) − mean_a' A(s, a')``, each stream with its own hidden layer;
     ``dueling=False`` gives the plain Nature head.
 
+    ``layer_norm=True`` puts a LayerNorm (learned elementwise affine, ε = 1e-5) between every
+    convolution or hidden linear layer and its ReLU, as PQN does (Gallici et al. 2025, "Simplifying Deep
+    Temporal Difference Learning": LayerNorm is what keeps TD learning stable without a target
+    network). Each conv's
+    output is normalized over its whole feature map ``(C, H', W')`` (for an 84×84 screen
+    ``(32, 20, 20)``, ``(64, 9, 9)``, ``(64, 7, 7)``), the variant of CleanRL's
+    ``pqn_atari_envpool.py``; each hidden linear layer over its ``hidden_size`` units. The output
+    layers are not normalized. Off (the default), the module, its parameters and its
+    ``state_dict`` keys are those of the plain network.
+
     Args:
         n_actions: number of discrete actions ``A`` (>= 1).
         in_channels: stacked frames ``S``.
         screen_size: height and width of a frame; the torso is sized for it.
         dueling: use the dueling head.
         hidden_size: units of the fully connected layer(s).
+        layer_norm: LayerNorm before every hidden ReLU (see above).
 
     ``forward(obs)``: ``obs (B, S, H, W) uint8`` (raw pixels; scaled to [0, 1] here, on the
     module's device) -> ``(B, A) float32``.
+
+    Raises:
+        ValueError: ``n_actions < 1``.
     """
 
     def __init__(self, n_actions: int, in_channels: int = 4, screen_size: int = 84, *,
-                 dueling: bool = True, hidden_size: int = 512):
+                 dueling: bool = True, hidden_size: int = 512, layer_norm: bool = False):
         super().__init__()
         if n_actions < 1:
             raise ValueError(f"n_actions={n_actions} must be >= 1")
         self.n_actions = n_actions
         self.dueling = dueling
+        self.layer_norm = layer_norm
         self._channels_last = False
-        self.torso = nn.Sequential(
-            nn.Conv2d(in_channels, 32, kernel_size=8, stride=4), nn.ReLU(),
-            nn.Conv2d(32, 64, kernel_size=4, stride=2), nn.ReLU(),
-            nn.Conv2d(64, 64, kernel_size=3, stride=1), nn.ReLU(),
-            nn.Flatten(),
-        )
+        # (out channels, kernel, stride) of the Nature torso's convolutions
+        convs = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+        torso: list[nn.Module] = []
+        channels, side = in_channels, screen_size
+        for out_channels, kernel, stride in convs:
+            side = (side - kernel) // stride + 1  # no padding
+            torso.append(nn.Conv2d(channels, out_channels, kernel_size=kernel, stride=stride))
+            if layer_norm:
+                torso.append(nn.LayerNorm([out_channels, side, side]))
+            torso.append(nn.ReLU())
+            channels = out_channels
+        torso.append(nn.Flatten())
+        self.torso = nn.Sequential(*torso)
         with torch.no_grad():
             n_flat = self.torso(torch.zeros(1, in_channels, screen_size, screen_size)).shape[1]
         if dueling:
-            self.value = nn.Sequential(nn.Linear(n_flat, hidden_size), nn.ReLU(), nn.Linear(hidden_size, 1))
-            self.advantage = nn.Sequential(
-                nn.Linear(n_flat, hidden_size), nn.ReLU(), nn.Linear(hidden_size, n_actions)
-            )
+            self.value = self._head(n_flat, hidden_size, 1)
+            self.advantage = self._head(n_flat, hidden_size, n_actions)
         else:
-            self.head = nn.Sequential(nn.Linear(n_flat, hidden_size), nn.ReLU(), nn.Linear(hidden_size, n_actions))
+            self.head = self._head(n_flat, hidden_size, n_actions)
+
+    def _head(self, n_in: int, hidden_size: int, n_out: int) -> nn.Sequential:
+        """Linear → (LayerNorm) → ReLU → Linear."""
+        norm = [nn.LayerNorm(hidden_size)] if self.layer_norm else []
+        return nn.Sequential(nn.Linear(n_in, hidden_size), *norm, nn.ReLU(), nn.Linear(hidden_size, n_out))
 
     def channels_last(self) -> QNetwork:
         """Store the convolution weights, and feed the convolutions, in NHWC order; returns self.
