@@ -1,0 +1,160 @@
+"""PQN: Peng's Q(λ) returns against hand-worked numbers and a forward-view oracle."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vecdqn.pqn import lambda_returns
+
+F32 = torch.float32
+
+
+def _returns(rewards, q, term=None, trunc=None, gamma=0.9, lam=0.5):
+    """`lambda_returns` of one env given as lists (T,), as a list."""
+    rewards = torch.tensor(rewards, dtype=F32).unsqueeze(1)
+    q = torch.tensor(q, dtype=F32).unsqueeze(1)
+    term = torch.zeros_like(rewards, dtype=torch.bool) if term is None else torch.tensor(term).unsqueeze(1)
+    trunc = torch.zeros_like(rewards, dtype=torch.bool) if trunc is None else torch.tensor(trunc).unsqueeze(1)
+    return lambda_returns(rewards, term, trunc, q, gamma, lam).squeeze(1).tolist()
+
+
+def _forward_view(rewards, terminated, truncated, next_q_max, gamma, lam):
+    """Peng's Q(λ) return as the λ-weighted mix of n-step returns (the forward view), per env in
+    float64: ``G^λ_t = (1 − λ) Σ_{n<h} λ^{n−1} G^(n)_t + λ^{h−1} G^(h)_t`` where ``h`` counts the
+    steps from t to the rollout's end or the episode's, whichever comes first, and ``G^(h)``
+    bootstraps with ``(1 − terminated)`` at that last step."""
+    r, q = rewards.double().numpy(), next_q_max.double().numpy()
+    ended = (terminated | truncated).numpy()
+    term = terminated.numpy()
+    t_len, n_envs = r.shape
+    out = np.zeros((t_len, n_envs))
+    for n in range(n_envs):
+        for t in range(t_len):
+            h = 1
+            while t + h - 1 < t_len - 1 and not ended[t + h - 1, n]:
+                h += 1
+            total = 0.0
+            for k in range(1, h + 1):
+                last = t + k - 1
+                boot = q[last, n] * (1.0 - term[last, n] if k == h else 1.0)
+                g_k = sum(gamma**i * r[t + i, n] for i in range(k)) + gamma**k * boot
+                total += (lam ** (h - 1) if k == h else (1 - lam) * lam ** (k - 1)) * g_k
+            out[t, n] = total
+    return out
+
+
+def test_pqn_imports_only_torch_numpy_the_model_and_staging():
+    """The learner's math stands alone: no config, envs, replay, training core or trainer."""
+    tree = ast.parse((Path(__file__).resolve().parents[1] / "vecdqn" / "pqn.py").read_text())
+    names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    names |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    outside = {n for n in names if n.split(".")[0] not in sys.stdlib_module_names}
+    assert outside <= {"torch", "numpy", "vecdqn.model", "vecdqn.staging"}, outside
+
+
+# -- lambda_returns: hand-worked values -----------------------------------------------------------
+def test_lambda_zero_is_one_step_q_learning():
+    rewards = torch.tensor([[1.0, -1.0], [0.5, 0.0], [2.0, 1.0], [0.0, 3.0]])
+    q = torch.tensor([[10.0, 4.0], [20.0, 5.0], [30.0, 6.0], [40.0, 7.0]])
+    term = torch.tensor([[False, False], [True, False], [False, False], [False, True]])
+    trunc = torch.tensor([[False, True], [False, False], [True, False], [False, False]])
+    g = lambda_returns(rewards, term, trunc, q, gamma=0.9, lam=0.0)
+    torch.testing.assert_close(g, rewards + 0.9 * (~term).float() * q)
+    assert g.dtype == F32 and g.shape == (4, 2)
+
+
+def test_lambda_one_is_the_monte_carlo_return_bootstrapped_at_the_rollout_end():
+    # 1 + 0.9·2 + 0.81·3 + 0.729·30 = 27.1; only the last step's next_q_max counts
+    g = _returns([1.0, 2.0, 3.0], [10.0, 20.0, 30.0], lam=1.0)
+    np.testing.assert_allclose(g, [27.1, 29.0, 30.0], rtol=1e-6)
+
+
+def test_intermediate_lambda_by_hand():
+    # γ = 0.9, λ = 0.5:
+    # G_2 = 2 + 0.9·10                       = 11
+    # G_1 = 0 + 0.9·(0.5·11 + 0.5·6)         = 7.65
+    # G_0 = 1 + 0.9·(0.5·7.65 + 0.5·4)       = 6.2425
+    g = _returns([1.0, 0.0, 2.0], [4.0, 6.0, 10.0], gamma=0.9, lam=0.5)
+    np.testing.assert_allclose(g, [6.2425, 7.65, 11.0], rtol=1e-6)
+
+
+def test_termination_mid_rollout_stops_the_recursion_without_bootstrapping():
+    # step 1 terminates: G_1 = r_1 = 2 (its next_q_max of 20 is not used)
+    g = _returns([1.0, 2.0, 3.0], [10.0, 20.0, 30.0], term=[False, True, False], lam=1.0)
+    np.testing.assert_allclose(g, [1.0 + 0.9 * 2.0, 2.0, 30.0], rtol=1e-6)
+    # λ = 0.5: G_0 = 1 + 0.9·(0.5·2 + 0.5·10) = 6.4
+    g = _returns([1.0, 2.0, 3.0], [10.0, 20.0, 30.0], term=[False, True, False], lam=0.5)
+    np.testing.assert_allclose(g, [6.4, 2.0, 30.0], rtol=1e-6)
+
+
+def test_truncation_mid_rollout_stops_the_recursion_but_bootstraps_from_the_final_obs():
+    # step 1 is cut by a time limit: G_1 = 2 + 0.9·20 = 20 (20 = max Q of the final observation)
+    g = _returns([1.0, 2.0, 3.0], [10.0, 20.0, 30.0], trunc=[False, True, False], lam=1.0)
+    np.testing.assert_allclose(g, [1.0 + 0.9 * 20.0, 20.0, 30.0], rtol=1e-6)
+
+
+def test_a_step_both_terminated_and_truncated_does_not_bootstrap():
+    g = _returns([1.0, 2.0], [10.0, 20.0], term=[True, False], trunc=[True, False], lam=1.0)
+    np.testing.assert_allclose(g, [1.0, 2.0 + 0.9 * 20.0], rtol=1e-6)
+
+
+def test_the_next_episode_does_not_leak_into_the_earlier_one():
+    base = dict(term=[False, True, False, False], gamma=0.9, lam=0.7)
+    g = _returns([1.0, 2.0, 3.0, 4.0], [10.0, 20.0, 30.0, 40.0], **base)
+    # the next episode (steps 2, 3) gets other rewards and values; step 1's own next_q_max too,
+    # which a termination ignores
+    other = _returns([1.0, 2.0, -50.0, 99.0], [10.0, -7.0, -30.0, 400.0], **base)
+    assert other[:2] == g[:2]
+    assert other[2:] != g[2:]
+    for trunc in ([False, True, False, False], [False, False, True, False]):
+        g = _returns([1.0, 2.0, 3.0, 4.0], [10.0, 20.0, 30.0, 40.0], trunc=trunc)
+        end = trunc.index(True)
+        other = _returns([1.0, 2.0, 3.0, 4.0][: end + 1] + [-5.0] * (3 - end),
+                         [10.0, 20.0, 30.0, 40.0][: end + 1] + [77.0] * (3 - end), trunc=trunc)
+        assert other[: end + 1] == g[: end + 1]
+
+
+def test_a_one_step_rollout_bootstraps_at_once():
+    np.testing.assert_allclose(_returns([1.0], [10.0]), [10.0], rtol=1e-6)
+    np.testing.assert_allclose(_returns([1.0], [10.0], term=[True]), [1.0], rtol=1e-6)
+
+
+def test_envs_are_independent_and_match_the_forward_view():
+    gen = torch.Generator().manual_seed(0)
+    t_len, n_envs = 7, 5
+    rewards = torch.randn(t_len, n_envs, generator=gen)
+    q = torch.randn(t_len, n_envs, generator=gen) * 5
+    term = torch.rand(t_len, n_envs, generator=gen) < 0.2
+    trunc = torch.rand(t_len, n_envs, generator=gen) < 0.15
+    for lam in (0.0, 0.3, 0.65, 1.0):
+        g = lambda_returns(rewards, term, trunc, q, 0.97, lam)
+        np.testing.assert_allclose(g.numpy(), _forward_view(rewards, term, trunc, q, 0.97, lam), rtol=1e-5, atol=1e-5)
+        for n in range(n_envs):
+            col = slice(n, n + 1)
+            alone = lambda_returns(rewards[:, col], term[:, col], trunc[:, col], q[:, col], 0.97, lam)
+            torch.testing.assert_close(alone, g[:, col], rtol=0, atol=0)
+
+
+def test_lambda_returns_rejects_bad_inputs():
+    r, q = torch.zeros(3, 2), torch.zeros(3, 2)
+    b = torch.zeros(3, 2, dtype=torch.bool)
+    with pytest.raises(ValueError, match="gamma=1.5"):
+        lambda_returns(r, b, b, q, 1.5, 0.5)
+    with pytest.raises(ValueError, match="lam=-0.1"):
+        lambda_returns(r, b, b, q, 0.99, -0.1)
+    with pytest.raises(ValueError, match=r"next_q_max has shape \(3, 1\)"):
+        lambda_returns(r, b, b, torch.zeros(3, 1), 0.99, 0.5)
+    with pytest.raises(ValueError, match=r"rewards has shape \(3,\)"):
+        lambda_returns(torch.zeros(3), b[:, 0], b[:, 0], torch.zeros(3), 0.99, 0.5)
+    with pytest.raises(ValueError, match="rewards has dtype torch.float64"):
+        lambda_returns(r.double(), b, b, q, 0.99, 0.5)
+    with pytest.raises(ValueError, match="terminated has dtype torch.float32"):
+        lambda_returns(r, b.float(), b, q, 0.99, 0.5)
+    with pytest.raises(ValueError, match="truncated is a ndarray"):
+        lambda_returns(r, b, b.numpy(), q, 0.99, 0.5)
