@@ -1,15 +1,19 @@
-"""PQN: Peng's Q(λ) returns against hand-worked numbers and a forward-view oracle."""
+"""PQN: Peng's Q(λ) returns against hand-worked numbers and a forward-view oracle, and the
+LayerNorm Q-network."""
 
 from __future__ import annotations
 
 import ast
+import copy
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
+from vecdqn.model import QNetwork
 from vecdqn.pqn import lambda_returns
 
 F32 = torch.float32
@@ -158,3 +162,59 @@ def test_lambda_returns_rejects_bad_inputs():
         lambda_returns(r, b.float(), b, q, 0.99, 0.5)
     with pytest.raises(ValueError, match="truncated is a ndarray"):
         lambda_returns(r, b, b.numpy(), q, 0.99, 0.5)
+
+
+# -- QNetwork(layer_norm=True) --------------------------------------------------------------------
+# The plain network's state_dict keys: checkpoints saved before layer_norm existed load into it.
+PLAIN_KEYS = ["torso.0.weight", "torso.0.bias", "torso.2.weight", "torso.2.bias", "torso.4.weight", "torso.4.bias",
+              "value.0.weight", "value.0.bias", "value.2.weight", "value.2.bias",
+              "advantage.0.weight", "advantage.0.bias", "advantage.2.weight", "advantage.2.bias"]
+
+
+def test_layer_norm_off_keeps_the_plain_network():
+    net = QNetwork(4)
+    assert list(net.state_dict()) == PLAIN_KEYS
+    assert list(QNetwork(4, layer_norm=False).state_dict()) == PLAIN_KEYS
+    assert not any(isinstance(m, nn.LayerNorm) for m in net.modules())
+
+
+@pytest.mark.parametrize("dueling", [True, False])
+def test_layer_norm_after_every_conv_and_hidden_linear(dueling):
+    torch.manual_seed(0)
+    net = QNetwork(5, screen_size=84, dueling=dueling, hidden_size=64, layer_norm=True)
+    obs = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    q = net(obs)
+    assert q.shape == (3, 5) and q.dtype == F32
+    heads = [net.value, net.advantage] if dueling else [net.head]
+    for seq in [net.torso, *heads]:
+        layers = list(seq)
+        for i, layer in enumerate(layers):
+            if isinstance(layer, nn.ReLU):  # every hidden ReLU reads a LayerNorm of the layer before
+                assert isinstance(layers[i - 1], nn.LayerNorm) and isinstance(layers[i - 2], (nn.Conv2d, nn.Linear))
+        assert not isinstance(layers[-1], nn.LayerNorm)
+    norms = [m for m in net.torso if isinstance(m, nn.LayerNorm)]
+    # over each conv's whole feature map (C, H', W')
+    assert [tuple(m.normalized_shape) for m in norms] == [(32, 20, 20), (64, 9, 9), (64, 7, 7)]
+    assert all(tuple(h[1].normalized_shape) == (64,) for h in heads)
+    # at initialization (unit scale, zero shift) each sample's feature map has mean 0, variance 1
+    seen = []
+    hook = norms[0].register_forward_hook(lambda m, i, out: seen.append(out))
+    net(obs)
+    hook.remove()
+    flat = seen[0].flatten(1)
+    torch.testing.assert_close(flat.mean(1), torch.zeros(3), atol=1e-5, rtol=0)
+    torch.testing.assert_close(flat.var(1, unbiased=False), torch.ones(3), atol=1e-3, rtol=0)
+
+
+def test_layer_norm_channels_last_gives_the_same_q_values():
+    torch.manual_seed(1)
+    net = QNetwork(4, screen_size=44, hidden_size=32, layer_norm=True)
+    # non-zero affine parameters, so a mix-up of (C, H, W) positions would show
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, nn.LayerNorm):
+                m.weight.uniform_(0.5, 1.5), m.bias.uniform_(-0.2, 0.2)
+    obs = torch.randint(0, 256, (6, 4, 44, 44), dtype=torch.uint8)
+    expected = net(obs)
+    fast = copy.deepcopy(net).channels_last()
+    torch.testing.assert_close(fast(obs), expected, rtol=1e-5, atol=1e-5)
