@@ -1,5 +1,5 @@
-"""PQN: Peng's Q(λ) returns against hand-worked numbers and a forward-view oracle, and the
-LayerNorm Q-network."""
+"""PQN: Peng's Q(λ) returns against hand-worked numbers and a forward-view oracle, the LayerNorm
+Q-network, and the learner's updates (small screens to stay fast)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from vecdqn.model import QNetwork
-from vecdqn.pqn import lambda_returns
+from vecdqn.pqn import PQNLearner, lambda_returns
 
 F32 = torch.float32
 
@@ -218,3 +218,121 @@ def test_layer_norm_channels_last_gives_the_same_q_values():
     expected = net(obs)
     fast = copy.deepcopy(net).channels_last()
     torch.testing.assert_close(fast(obs), expected, rtol=1e-5, atol=1e-5)
+
+
+# -- PQNLearner -----------------------------------------------------------------------------------
+SHAPE = (4, 36, 36)
+T, N, A = 4, 4, 3
+
+
+def _learner(seed=0, **kwargs) -> PQNLearner:
+    torch.manual_seed(seed)
+    kwargs = {"learning_rate": 1e-3, **kwargs}
+    return PQNLearner(A, SHAPE, torch.device("cpu"), hidden_size=32, seed=seed, **kwargs)
+
+
+def _rollout(seed=0):
+    rng = np.random.default_rng(seed)
+    obs = rng.integers(0, 256, (T, N, *SHAPE), dtype=np.uint8)
+    actions = rng.integers(0, A, (T, N))
+    returns = torch.from_numpy(rng.normal(size=(T, N)).astype(np.float32))
+    return obs, actions, returns
+
+
+def test_q_values_shapes_and_errors():
+    learner = _learner()
+    obs = np.random.default_rng(0).integers(0, 256, (5, *SHAPE), dtype=np.uint8)
+    q = learner.q_values(obs)
+    assert q.shape == (5, A) and q.dtype == F32 and not q.requires_grad
+    torch.testing.assert_close(learner.q_values(torch.from_numpy(obs)), q, rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"must be \(M, 4, 36, 36\) uint8"):
+        learner.q_values(obs[:, :3])
+    with pytest.raises(ValueError, match="uint8"):
+        learner.q_values(obs.astype(np.float32))
+    assert isinstance(learner.online.torso[1], nn.LayerNorm)  # on by default
+
+
+def test_epsilon_greedy():
+    learner = _learner()
+    q = torch.tensor([[0.0, 2.0, 1.0], [5.0, 1.0, 0.0]])
+    np.testing.assert_array_equal(learner.epsilon_greedy(q, 0.0), [1, 0])
+    random = learner.epsilon_greedy(q.repeat(500, 1), 1.0)
+    assert random.dtype == np.int64 and set(random.tolist()) == {0, 1, 2}
+    # same seed, same draws
+    np.testing.assert_array_equal(_learner().epsilon_greedy(q.repeat(500, 1), 0.5),
+                                  _learner().epsilon_greedy(q.repeat(500, 1), 0.5))
+    with pytest.raises(ValueError, match=r"must be \(M, 3\)"):
+        learner.epsilon_greedy(q[:, :2], 0.1)
+
+
+def test_update_lowers_the_loss_on_a_fixed_rollout():
+    learner = _learner()
+    obs, actions, returns = _rollout()
+    losses = [learner.update(obs, actions, returns, epochs=2, minibatches=2, generator=np.random.default_rng(0))
+              for _ in range(8)]
+    first, last = losses[0], losses[-1]
+    assert set(first) == {"td_loss", "q_values", "grad_norm"} and all(isinstance(v, float) for v in first.values())
+    assert last["td_loss"] < 0.5 * first["td_loss"], [m["td_loss"] for m in losses]
+    assert first["grad_norm"] > 0
+
+
+def test_update_is_deterministic_given_its_seeds():
+    obs, actions, returns = _rollout()
+    runs = []
+    for _ in range(2):
+        learner, gen = _learner(), np.random.default_rng(3)
+        metrics = [learner.update(obs, actions, returns, epochs=2, minibatches=4, generator=gen) for _ in range(2)]
+        runs.append((metrics, learner.online.state_dict()))
+    assert runs[0][0] == runs[1][0]
+    for key, value in runs[0][1].items():
+        assert torch.equal(value, runs[1][1][key]), key
+
+
+def test_state_dict_round_trip_gives_the_same_next_update():
+    obs, actions, returns = _rollout()
+    learner, gen = _learner(), np.random.default_rng(5)
+    learner.update(obs, actions, returns, epochs=1, minibatches=2, generator=gen)
+    learner.set_learning_rate(5e-4)
+    saved, gen_state = copy.deepcopy(learner.state_dict()), copy.deepcopy(gen.bit_generator.state)
+    expected = learner.update(obs, actions, returns, epochs=2, minibatches=2, generator=gen)
+    expected_actions = learner.epsilon_greedy(torch.zeros(64, A), 0.5)
+
+    resumed = _learner(seed=9)  # other initial weights and ε-greedy seed, all overwritten
+    resumed.load_state_dict(saved)
+    gen = np.random.default_rng()
+    gen.bit_generator.state = gen_state
+    assert resumed.learning_rate == 5e-4
+    assert resumed.update(obs, actions, returns, epochs=2, minibatches=2, generator=gen) == expected
+    for key, value in learner.online.state_dict().items():
+        assert torch.equal(value, resumed.online.state_dict()[key]), key
+    np.testing.assert_array_equal(resumed.epsilon_greedy(torch.zeros(64, A), 0.5), expected_actions)
+
+
+def test_update_without_a_clip_still_reports_the_norm_and_bf16_runs():
+    obs, actions, returns = _rollout()
+    metrics = _learner(max_grad_norm=0.0).update(obs, actions, returns, epochs=1, minibatches=1,
+                                                 generator=np.random.default_rng(0))
+    assert metrics["grad_norm"] > 0
+    metrics = _learner(amp="bf16").update(obs, actions, returns, epochs=1, minibatches=2,
+                                          generator=np.random.default_rng(0))
+    assert all(np.isfinite(v) for v in metrics.values())
+
+
+def test_update_rejects_bad_inputs():
+    learner = _learner()
+    obs, actions, returns = _rollout()
+    gen = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="divides T·N"):
+        learner.update(obs, actions, returns, epochs=1, minibatches=3, generator=gen)
+    with pytest.raises(ValueError, match="epochs=0"):
+        learner.update(obs, actions, returns, epochs=0, minibatches=2, generator=gen)
+    out_of_range = np.zeros((T, N), np.int64)
+    out_of_range[1, 2] = A
+    with pytest.raises(ValueError, match=r"actions span \[0, 3\]; they must lie in \[0, 3\)"):
+        learner.update(obs, out_of_range, returns, epochs=1, minibatches=2, generator=gen)
+    with pytest.raises(ValueError, match="actions is"):
+        learner.update(obs, actions.astype(np.int32), returns, epochs=1, minibatches=2, generator=gen)
+    with pytest.raises(ValueError, match="returns is"):
+        learner.update(obs, actions, returns[:, :2], epochs=1, minibatches=2, generator=gen)
+    with pytest.raises(ValueError, match=r"must be \(T, N, 4, 36, 36\) uint8"):
+        learner.update(obs[0], actions, returns, epochs=1, minibatches=2, generator=gen)

@@ -23,9 +23,17 @@ the next episode's first, where step t ended an episode.
 
 from __future__ import annotations
 
-import torch
+import contextlib
+from typing import Any
 
-__all__ = ["lambda_returns"]
+import numpy as np
+import torch
+from torch import nn
+
+from vecdqn.model import QNetwork
+from vecdqn.staging import check_amp, to_device
+
+__all__ = ["PQNLearner", "lambda_returns"]
 
 
 def _check_unit_interval(name: str, value: float, example: float) -> None:
@@ -97,3 +105,218 @@ def lambda_returns(
             mixed = rewards[t] + gamma * (lam * returns[t + 1] + (1.0 - lam) * next_q_max[t])
             returns[t] = torch.where(ended[t], rewards[t] + bootstrap[t], mixed)
     return returns
+
+
+class PQNLearner:
+    """PQN's one Q-network (no target network), RAdam, gradient-norm clipping and the updates of
+    one rollout.
+
+    The λ-returns are the caller's: computed once per rollout, before `update`, with
+    `lambda_returns` over ``next_q_max`` taken from `q_values` with the network as it acted (none
+    of them is recomputed during the epochs). The network does not change during a rollout, so
+    ``max_a Q(obs[t + 1])`` kept from acting (as CleanRL's ``pqn_atari_envpool.py`` keeps it) is
+    the same value, up to the rounding of a batch of another size; only the final observations
+    of ended episodes and the observation after the rollout's last step need a forward pass of
+    their own.
+
+    Args:
+        n_actions: ``A``.
+        obs_shape: ``(S, H, W)`` of one observation (``H == W``).
+        device: where the network lives; observations move there as ``uint8``.
+        learning_rate: RAdam's step size (2.5e-4: CleanRL's PQN Atari default).
+        max_grad_norm: global gradient-norm clip (0 disables the clip; the norm is still reported).
+        dueling, hidden_size, layer_norm: network shape (see `QNetwork`); LayerNorm is on by
+            default, as in PQN.
+        amp: ``"off"`` or ``"bf16"``: autocast the forward passes (fp32 weights, returns and
+            loss; see `vecdqn.staging.check_amp`).
+        seed: seeds the ε-greedy generator. The network's initial weights come from torch's
+            global generator: seed it before constructing the learner.
+
+    Raises:
+        ValueError: ``obs_shape`` not ``(S, H, H)``, ``amp`` that ``device`` cannot run, or a
+            negative ``learning_rate``/``max_grad_norm``.
+    """
+
+    def __init__(
+        self,
+        n_actions: int,
+        obs_shape: tuple[int, int, int],
+        device: torch.device,
+        *,
+        learning_rate: float = 2.5e-4,
+        max_grad_norm: float = 10.0,
+        dueling: bool = True,
+        hidden_size: int = 512,
+        layer_norm: bool = True,
+        amp: str = "off",
+        seed: int | None = None,
+    ):
+        obs_shape = tuple(int(x) for x in obs_shape)
+        if len(obs_shape) != 3 or obs_shape[1] != obs_shape[2]:
+            raise ValueError(f"PQNLearner: obs_shape {obs_shape} is not (S, H, H)")
+        if learning_rate < 0 or max_grad_norm < 0:
+            raise ValueError(f"PQNLearner: learning_rate={learning_rate} and max_grad_norm={max_grad_norm} "
+                             "must be >= 0 (max_grad_norm 0 disables the clip)")
+        self.n_actions = n_actions
+        self.obs_shape = obs_shape
+        self.device = device
+        self.max_grad_norm = max_grad_norm
+        self.amp_dtype = check_amp(device, amp)
+        # Named as DQNAgent's online network, so a checkpoint's agent["online"] holds it for either.
+        self.online = QNetwork(n_actions, obs_shape[0], obs_shape[1], dueling=dueling, hidden_size=hidden_size,
+                               layer_norm=layer_norm).to(device)
+        self.optimizer = torch.optim.RAdam(self.online.parameters(), lr=learning_rate)
+        self.rng = np.random.default_rng(seed)
+
+    # -- acting ----------------------------------------------------------------------------------
+    def q_values(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """Q-values of a batch of observations, without gradient (for acting and for ``next_q_max``).
+
+        Args:
+            obs: ``(M, S, H, W) uint8`` NumPy array or tensor (any device; moved to the learner's).
+
+        Returns:
+            ``(M, A) float32`` on the learner's device.
+
+        Raises:
+            ValueError: ``obs`` of another shape or dtype.
+        """
+        obs = self._observations(obs, "q_values: obs", 1)
+        with torch.no_grad(), self._autocast():
+            return self.online(obs).float()
+
+    def epsilon_greedy(self, q_values: torch.Tensor, epsilon: float) -> np.ndarray:
+        """ε-greedy actions from Q-values, with this learner's generator.
+
+        Args:
+            q_values: ``(M, A) float32`` (from `q_values`).
+            epsilon: probability of a uniformly random action, per row, in ``[0, 1]``.
+
+        Returns:
+            ``(M,) int64`` actions on the host.
+
+        Raises:
+            ValueError: ``q_values`` not ``(M, A)``.
+        """
+        if q_values.dim() != 2 or q_values.shape[1] != self.n_actions:
+            raise ValueError(f"epsilon_greedy: q_values has shape {tuple(q_values.shape)}; it must be "
+                             f"(M, {self.n_actions})")
+        m = q_values.shape[0]
+        explore = self.rng.random(m) < epsilon
+        actions = self.rng.integers(self.n_actions, size=m)
+        if not explore.all():
+            actions = np.where(explore, actions, q_values.argmax(dim=1).cpu().numpy())
+        return actions.astype(np.int64)
+
+    # -- learning --------------------------------------------------------------------------------
+    def update(
+        self,
+        obs: np.ndarray | torch.Tensor,
+        actions: np.ndarray | torch.Tensor,
+        returns: torch.Tensor,
+        *,
+        epochs: int,
+        minibatches: int,
+        generator: np.random.Generator,
+    ) -> dict[str, float]:
+        """The updates of one rollout: ``epochs`` passes over its ``T·N`` samples, each a fresh
+        shuffle (from ``generator``) split into ``minibatches`` equal minibatches, one RAdam step
+        per minibatch on ``0.5 · mean (Q(s, a) − G)²`` (the loss of the authors' code; CleanRL's
+        ``F.mse_loss`` is twice it), after clipping the gradient's global norm.
+
+        Args:
+            obs: ``(T, N, S, H, W) uint8`` observations acted on.
+            actions: ``(T, N) int64`` actions taken, in ``[0, A)``.
+            returns: ``(T, N) float32`` `lambda_returns` of the rollout (constants here).
+            epochs: passes over the rollout (>= 1).
+            minibatches: minibatches per pass (>= 1, dividing ``T·N``).
+            generator: draws the shuffles (the caller's; its state decides them).
+
+        Returns:
+            ``{"td_loss", "q_values", "grad_norm"}`` as floats, each the mean over the
+            ``epochs · minibatches`` steps: the loss, the mean ``Q(s, a)`` of the minibatch, and
+            the gradient's global norm before clipping. One device→host copy, at the end.
+
+        Raises:
+            ValueError: inputs of other shapes or dtypes, actions outside ``[0, A)``, or
+                ``epochs``/``minibatches`` that do not fit.
+        """
+        obs = self._observations(obs, "update: obs", 2)
+        t, n = obs.shape[:2]
+        actions = self._rollout_field(actions, torch.int64, "actions", (t, n))
+        returns = self._rollout_field(returns, torch.float32, "returns", (t, n))
+        total = t * n
+        if epochs < 1 or minibatches < 1 or total % minibatches:
+            raise ValueError(f"update: epochs={epochs}, minibatches={minibatches} for T·N = {t}·{n} = {total} "
+                             "samples; use epochs >= 1 and a number of minibatches >= 1 that divides T·N")
+        low, high = int(actions.min()), int(actions.max())
+        if low < 0 or high >= self.n_actions:
+            raise ValueError(f"update: actions span [{low}, {high}]; they must lie in [0, {self.n_actions})")
+        obs, actions, returns = obs.reshape(total, *self.obs_shape), actions.reshape(total), returns.reshape(total)
+        size = total // minibatches
+        max_norm = self.max_grad_norm if self.max_grad_norm > 0 else float("inf")  # inf: measure, never clip
+        sums = torch.zeros(3, device=self.device)
+        for _ in range(epochs):
+            order = to_device(generator.permutation(total), self.device)
+            for k in range(minibatches):
+                idx = order[k * size:(k + 1) * size]
+                with self._autocast():
+                    q = self.online(obs[idx]).float()
+                q_taken = q.gather(1, actions[idx].unsqueeze(1)).squeeze(1)
+                loss = 0.5 * (q_taken - returns[idx]).square().mean()
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = nn.utils.clip_grad_norm_(self.online.parameters(), max_norm)
+                self.optimizer.step()
+                sums += torch.stack([loss.detach(), q_taken.detach().mean(), grad_norm.detach().float()])
+        td_loss, q_mean, norm = (sums / (epochs * minibatches)).tolist()
+        return {"td_loss": td_loss, "q_values": q_mean, "grad_norm": norm}
+
+    def _observations(self, obs: np.ndarray | torch.Tensor, name: str, lead: int) -> torch.Tensor:
+        """``obs`` as a ``uint8`` tensor on this device after checking its shape: ``lead`` leading
+        dimensions, then ``obs_shape``."""
+        shape, dtype = tuple(obs.shape), obs.dtype
+        uint8 = dtype == torch.uint8 if isinstance(obs, torch.Tensor) else dtype == np.uint8
+        if len(shape) != lead + 3 or shape[lead:] != self.obs_shape or not uint8:
+            lead_names = "(M, " if lead == 1 else "(T, N, "
+            raise ValueError(f"{name} is {shape} {dtype}; it must be {lead_names}{', '.join(map(str, self.obs_shape))})"
+                             " uint8")
+        return obs.to(self.device) if isinstance(obs, torch.Tensor) else to_device(obs, self.device)
+
+    def _rollout_field(self, value: np.ndarray | torch.Tensor, dtype: torch.dtype, name: str,
+                       shape: tuple[int, int]) -> torch.Tensor:
+        """A ``(T, N)`` field as a tensor of ``dtype`` on this device, after checking it."""
+        tensor = torch.from_numpy(np.asarray(value)) if not isinstance(value, torch.Tensor) else value
+        if tuple(tensor.shape) != shape or tensor.dtype != dtype:
+            raise ValueError(f"update: {name} is {tuple(tensor.shape)} {tensor.dtype}; it must be {shape} {dtype}, "
+                             "as obs's (T, N)")
+        return tensor.to(self.device)
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        """bf16 autocast of the forward passes when ``amp`` asks for it."""
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    # -- schedule and checkpoint -----------------------------------------------------------------
+    @property
+    def learning_rate(self) -> float:
+        """RAdam's learning rate now (what the next step uses)."""
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def set_learning_rate(self, lr: float) -> None:
+        """Set RAdam's learning rate for the next steps (the trainer's schedule calls this)."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"online", "optimizer", "rng"}``: the network's and RAdam's state dicts and the
+        ε-greedy generator's state; with the caller's shuffle generator, enough to resume exactly."""
+        return {"online": self.online.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict`'s result (a network of the same shape)."""
+        self.online.load_state_dict(state["online"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.rng.bit_generator.state = state["rng"]
