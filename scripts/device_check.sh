@@ -11,7 +11,9 @@
 #   2. benchmark.py --learner at B = 32 and 256 (+ the learner-loop rows at B = 32): plain,
 #      --compile (CUDA graphs), --amp bf16; and the loop rows with --replay-device cuda   learner_*.json
 #   3. benchmark.py --train with 16 envs: the defaults, and --replay-device cuda   train.json
-#   4. a --preset pong --device cuda run for what is left of the 8 minutes, at most 250 s (if this
+#   4. PQN on Breakout with 64 envs (--algo pqn, rollouts of 32 steps, 8 minibatches of 256),
+#      90 s: its agent steps/s in the log's last line and in the run's TensorBoard  pqn_breakout.log
+#   5. a --preset pong --device cuda run for what is left of the 8 minutes, at most 250 s (if this
 #      version has the preset), and meanwhile the CUDA-parametrized tests
 #      (tests/test_gpu_path.py -k cuda)                                      pong_curve.json, tests.log
 #
@@ -76,7 +78,17 @@ step learner_replay_cuda 45 "${LEARNER[@]}" --replay-device cuda --json "$OUT/le
 step train 100 python3 scripts/benchmark.py --train --device cuda --num-envs 16 --repeats 1 \
   --replay-device cuda --json "$OUT/train.json"
 
-# -- 4. Pong for 4 minutes, the CUDA tests beside it --------------------------------------------
+# -- 4. PQN on Breakout, 64 envs ------------------------------------------------------------------
+if python3 scripts/train.py --help 2>/dev/null | grep -q -- '--algo'; then
+  step pqn_breakout 90 python3 scripts/train.py --algo pqn --env-id BreakoutNoFrameskip-v4 --num-envs 64 \
+    --rollout-steps 32 --epochs 2 --minibatches 8 --learning-rate 2.5e-4 --gamma 0.99 --amp bf16 --device cuda \
+    --total-steps 400000 --checkpoint-every 0 --eval-every 0 --log-every 8192 --log-dir "$OUT/runs" \
+    --run-name pqn_breakout
+else
+  echo '{"step": "pqn_breakout", "skipped": "this version has no --algo"}' >> "$STEPS"
+fi
+
+# -- 5. Pong for what is left, the CUDA tests beside it ------------------------------------------
 # Whatever is left of the 8 minutes (less 15 s for the summary), at most 250 s: a ~4-minute run.
 LEFT=$(( 465 - ($(date +%s) - START) ))
 LEFT=$(( LEFT > 250 ? 250 : LEFT ))
@@ -104,6 +116,14 @@ summary = {"seconds": round(time.time() - start), "steps": [json.loads(l) for l 
 for name in ("learner_plain", "learner_bf16", "learner_compile", "learner_replay_cuda", "train"):
     path = out / f"{name}.json"
     summary[name] = json.loads(path.read_text()) if path.exists() else None
+pqn_run = out / "runs" / "pqn_breakout"
+if pqn_run.exists():
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(pqn_run), size_guidance={"scalars": 0})
+    acc.Reload()
+    summary["pqn_breakout_sps"] = [[e.step, round(e.value)] for e in acc.Scalars("charts/SPS")] \
+        if "charts/SPS" in acc.Tags()["scalars"] else None
 events = sorted((out / "runs" / "pong").glob("events.out.tfevents.*")) if (out / "runs" / "pong").exists() else []
 if events:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from vecdqn.cli import UsageError, build_parser, check_options_apply, parse_args, parse_config
-from vecdqn.config import Config, default_torch_threads
+from vecdqn.config import Config
 from vecdqn.envs import check_family_options
 from vecdqn.presets import PRESETS
 from vecdqn.schedules import PiecewiseLinear
+from vecdqn.staging import default_torch_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -35,7 +35,13 @@ FORBIDDEN = {
     "acting": {"gymnasium", "ale_py", "cv2", "torch", "vecdqn"},
     "model": {"gymnasium", "ale_py", "cv2", "vecdqn.replay", "vecdqn.envs", "vecdqn.trainer"},
     "agent": {"gymnasium", "ale_py", "cv2", "vecdqn.replay", "vecdqn.envs", "vecdqn.trainer"},
-    "dqn": {"gymnasium", "ale_py", "cv2", "vecdqn.envs", "vecdqn.trainer", "vecdqn.core"},
+    "dqn": {"gymnasium", "ale_py", "cv2", "vecdqn.envs", "vecdqn.trainer", "vecdqn.core", "vecdqn.pqn"},
+    # PQN: its math needs torch alone; its learner no replay, env or run loop
+    "pqn/returns": {"numpy", "gymnasium", "ale_py", "cv2", "vecdqn"},
+    "pqn/agent": {"gymnasium", "ale_py", "cv2", "vecdqn.envs", "vecdqn.replay", "vecdqn.agent", "vecdqn.core",
+                  "vecdqn.trainer", "vecdqn.config"},
+    "pqn/learner": {"gymnasium", "ale_py", "cv2", "vecdqn.envs", "vecdqn.replay", "vecdqn.agent", "vecdqn.core",
+                    "vecdqn.trainer", "vecdqn.dqn"},
     "metrics": {"gymnasium", "ale_py", "vecdqn.agent", "vecdqn.replay", "vecdqn.trainer", "wandb"},
     # wandb is optional and imported lazily, by tracking alone; it logs no scalar of its own.
     "tracking": {"torch", "numpy", "gymnasium", "vecdqn.trainer", "vecdqn.agent", "vecdqn.replay"},

@@ -89,3 +89,29 @@ def test_catch_preset_learns_with_compile(tmp_path):
     assert summary["mean_return"] >= 0.8, summary
     ok, mean_return, start_q = learned(trainer)
     assert ok, (mean_return, start_q)
+
+
+def pqn_preset(tmp_path, *extra):
+    return parse_args(["--preset", "catch-pqn", "--log-dir", str(tmp_path), "--seed", "1", *extra])
+
+
+def test_catch_pqn_preset_learns(tmp_path):
+    """PQN (``--algo pqn``) through the same path: the same bar for having learned."""
+    trainer = Trainer(pqn_preset(tmp_path), progress=False, handle_signals=False)
+    summary = trainer.run()
+    assert summary["mean_return"] >= 0.8, summary
+    ok, mean_return, start_q = learned(trainer)
+    assert ok, (mean_return, start_q)
+
+
+def test_pqn_with_a_flipped_return_sign_does_not_learn(tmp_path, monkeypatch):
+    """The fault-injection teeth of the PQN test: λ-returns of the wrong sign must fail it."""
+    import vecdqn.pqn.learner
+
+    correct = vecdqn.pqn.learner.lambda_returns
+    monkeypatch.setattr(vecdqn.pqn.learner, "lambda_returns", lambda *args: -correct(*args))
+    # Half the run: the correct learner's training games average ~0.85 by then (seed 1).
+    trainer = Trainer(replace(pqn_preset(tmp_path), total_steps=6_000), progress=False, handle_signals=False)
+    trainer.run()
+    ok, mean_return, start_q = learned(trainer, episodes=50)
+    assert not ok, (mean_return, start_q)

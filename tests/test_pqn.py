@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from vecdqn.model import QNetwork
-from vecdqn.pqn import PQNLearner, lambda_returns
+from vecdqn.pqn import PQNAgent, lambda_returns
 
 F32 = torch.float32
 
@@ -53,13 +53,14 @@ def _forward_view(rewards, terminated, truncated, next_q_max, gamma, lam):
     return out
 
 
-def test_pqn_imports_only_torch_numpy_the_model_and_staging():
+def test_pqn_math_imports_only_torch_numpy_the_model_and_staging():
     """The learner's math stands alone: no config, envs, replay, training core or trainer."""
-    tree = ast.parse((Path(__file__).resolve().parents[1] / "vecdqn" / "pqn.py").read_text())
-    names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    names |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    outside = {n for n in names if n.split(".")[0] not in sys.stdlib_module_names}
-    assert outside <= {"torch", "numpy", "vecdqn.model", "vecdqn.staging"}, outside
+    for module in ("returns", "agent"):
+        tree = ast.parse((Path(__file__).resolve().parents[1] / "vecdqn" / "pqn" / f"{module}.py").read_text())
+        names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        names |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        outside = {n for n in names if n.split(".")[0] not in sys.stdlib_module_names}
+        assert outside <= {"torch", "numpy", "vecdqn.model", "vecdqn.staging"}, (module, outside)
 
 
 # -- lambda_returns: hand-worked values -----------------------------------------------------------
@@ -220,15 +221,15 @@ def test_layer_norm_channels_last_gives_the_same_q_values():
     torch.testing.assert_close(fast(obs), expected, rtol=1e-5, atol=1e-5)
 
 
-# -- PQNLearner -----------------------------------------------------------------------------------
+# -- PQNAgent -------------------------------------------------------------------------------------
 SHAPE = (4, 36, 36)
 T, N, A = 4, 4, 3
 
 
-def _learner(seed=0, **kwargs) -> PQNLearner:
+def _learner(seed=0, **kwargs) -> PQNAgent:
     torch.manual_seed(seed)
     kwargs = {"learning_rate": 1e-3, **kwargs}
-    return PQNLearner(A, SHAPE, torch.device("cpu"), hidden_size=32, seed=seed, **kwargs)
+    return PQNAgent(A, SHAPE, torch.device("cpu"), hidden_size=32, seed=seed, **kwargs)
 
 
 def _rollout(seed=0):
@@ -250,19 +251,6 @@ def test_q_values_shapes_and_errors():
     with pytest.raises(ValueError, match="uint8"):
         learner.q_values(obs.astype(np.float32))
     assert isinstance(learner.online.torso[1], nn.LayerNorm)  # on by default
-
-
-def test_epsilon_greedy():
-    learner = _learner()
-    q = torch.tensor([[0.0, 2.0, 1.0], [5.0, 1.0, 0.0]])
-    np.testing.assert_array_equal(learner.epsilon_greedy(q, 0.0), [1, 0])
-    random = learner.epsilon_greedy(q.repeat(500, 1), 1.0)
-    assert random.dtype == np.int64 and set(random.tolist()) == {0, 1, 2}
-    # same seed, same draws
-    np.testing.assert_array_equal(_learner().epsilon_greedy(q.repeat(500, 1), 0.5),
-                                  _learner().epsilon_greedy(q.repeat(500, 1), 0.5))
-    with pytest.raises(ValueError, match=r"must be \(M, 3\)"):
-        learner.epsilon_greedy(q[:, :2], 0.1)
 
 
 def test_update_lowers_the_loss_on_a_fixed_rollout():
@@ -295,7 +283,7 @@ def test_state_dict_round_trip_gives_the_same_next_update():
     learner.set_learning_rate(5e-4)
     saved, gen_state = copy.deepcopy(learner.state_dict()), copy.deepcopy(gen.bit_generator.state)
     expected = learner.update(obs, actions, returns, epochs=2, minibatches=2, generator=gen)
-    expected_actions = learner.epsilon_greedy(torch.zeros(64, A), 0.5)
+    expected_draws = learner.rng.random(8)
 
     resumed = _learner(seed=9)  # other initial weights and ε-greedy seed, all overwritten
     resumed.load_state_dict(saved)
@@ -305,7 +293,7 @@ def test_state_dict_round_trip_gives_the_same_next_update():
     assert resumed.update(obs, actions, returns, epochs=2, minibatches=2, generator=gen) == expected
     for key, value in learner.online.state_dict().items():
         assert torch.equal(value, resumed.online.state_dict()[key]), key
-    np.testing.assert_array_equal(resumed.epsilon_greedy(torch.zeros(64, A), 0.5), expected_actions)
+    np.testing.assert_array_equal(resumed.rng.random(8), expected_draws)  # the ε-greedy generator too
 
 
 def test_update_without_a_clip_still_reports_the_norm_and_bf16_runs():

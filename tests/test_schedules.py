@@ -8,8 +8,8 @@ from helpers import catch_config
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from vecdqn.cli import parse_args
-from vecdqn.config import Config, parse_pairs
-from vecdqn.schedules import Schedules
+from vecdqn.config import Config
+from vecdqn.schedules import Schedules, parse_pairs
 from vecdqn.trainer import Trainer
 
 # The labml experiment in agent steps (see the README's preset table).

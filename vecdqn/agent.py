@@ -109,7 +109,7 @@ class DQNAgent:
         device: where the networks live; observations move there as ``uint8``.
         learning_rate, adam_eps: Adam's settings.
         max_grad_norm: global gradient-norm clip (0 disables).
-        double: double-DQN target; dueling, hidden_size: network shape (see `QNetwork`).
+        double: double-DQN target; dueling, hidden_size, layer_norm: network shape (see `QNetwork`).
         seed: seeds the exploration generator (network init uses torch's global generator,
             seeded by the trainer).
         compile: on CUDA, `loss_terms` (forward and backward) as CUDA graphs through
@@ -144,6 +144,7 @@ class DQNAgent:
         amp: str = "off",
         fuse_forward: bool | None = None,
         overlap_forward: bool = False,
+        layer_norm: bool = False,
     ):
         if overlap_forward and compile:
             raise ValueError("DQNAgent: overlap_forward=True cannot be combined with compile=True "
@@ -154,7 +155,7 @@ class DQNAgent:
         self.double = double
         self.max_grad_norm = max_grad_norm
         net_kwargs = dict(in_channels=obs_shape[0], screen_size=obs_shape[1], dueling=dueling,
-                          hidden_size=hidden_size)
+                          hidden_size=hidden_size, layer_norm=layer_norm)
         self.online = QNetwork(n_actions, **net_kwargs).to(device).channels_last()
         self.target = QNetwork(n_actions, **net_kwargs).to(device).channels_last()
         self.target.load_state_dict(self.online.state_dict())

@@ -249,6 +249,7 @@ def _network(state: dict[str, Any], config: Config) -> QNetwork:
         screen_size=obs_shape[1],
         dueling=config.dueling,
         hidden_size=config.hidden_size,
+        layer_norm=config.uses_layer_norm,
     )
     network.load_state_dict(state["agent"]["online"])
     return network

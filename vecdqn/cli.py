@@ -24,8 +24,9 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from vecdqn.config import SCHEDULE_SHORTHANDS, Config, check_options_used, option_flag, replaced_options
+from vecdqn.config import Config, check_options_used, option_flag
 from vecdqn.presets import PRESET_SOURCES, PRESETS, check_preset
+from vecdqn.schedules import SCHEDULE_SHORTHANDS, replaced_options
 
 if TYPE_CHECKING:
     from vecdqn.trainer import TrainerBase
@@ -153,7 +154,8 @@ def build_parser() -> OneLineErrorParser:
     """The command line of ``scripts/train.py``, one option per `Config` field."""
     parser = OneLineErrorParser(
         prog=PROG,
-        description="Train a DQN agent (double DQN, dueling network, prioritized replay) on an Atari game. "
+        description="Train a Q-learning agent on an Atari game: DQN (double DQN, dueling network, prioritized "
+        "replay; the default) or PQN (--algo pqn: rollouts of the vector env, Q(lambda) returns). "
         "All counts are agent steps summed over envs (1 agent step = frame-skip emulator frames) "
         "unless the option says frames.",
         formatter_class=_HelpFormatter,

@@ -19,19 +19,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from vecdqn.envs.options import EnvOptions
 from vecdqn.presets import check_preset
-from vecdqn.schedules import PiecewiseLinear
+from vecdqn.schedules import parse_pairs, replaced_options
 
 # The smallest frame the Nature-DQN torso turns into at least one 1×1 feature map.
 MIN_SCREEN_SIZE = 36
 # Longest n-step return accepted (the return matrix is n x n; Rainbow, Hessel et al. 2018, uses 3).
 MAX_N_STEP = 1000
+
+# The learners of --algo.
+ALGOS = ("dqn", "pqn")
 
 # The rules an option can carry (each `Config` field's ``metadata["rules"]``), read through
 # `options_with` by the command line, resume, the tuner and the distributed trainer:
@@ -44,6 +46,9 @@ RULES = {
     "actors_only": "used only with --actors N",
     # a trial's run folder, tracking and resume are the tuner's
     "fixed_by_tuner": "set by scripts/tune.py for each trial",
+    # each learner's own settings: the other learner would ignore them
+    "dqn_only": "used only by --algo dqn (replay, target network, its update schedule)",
+    "pqn_only": "used only by --algo pqn (rollout, Q(lambda), epochs)",
 }
 # Which env options an env uses is its family's (`vecdqn.envs.EnvFamily.options`), not a rule here.
 
@@ -66,11 +71,18 @@ def options_with(rule: str) -> tuple[str, ...]:
 
 def check_options_used(given: set[str], config: Config) -> None:
     """Refuse options given explicitly (``given``: field names) that ``config``'s run would not use:
-    those `options_with` ``"not_with_actors"`` with ``--actors``, ``"actors_only"`` without.
+    the other learner's (`options_with` ``"dqn_only"``/``"pqn_only"``), those ``"not_with_actors"``
+    with ``--actors``, ``"actors_only"`` without.
 
     Raises:
         ValueError: one line naming the options and what to do instead.
     """
+    other = [n for n in options_with("pqn_only" if config.algo == "dqn" else "dqn_only") if n in given]
+    if other:
+        flags, one = ", ".join(option_flag(n) for n in other), len(other) == 1
+        mine = "--algo pqn" if config.algo == "dqn" else "--algo dqn (the default)"
+        raise ValueError(f"{flags} only appl{'ies' if one else 'y'} with {mine}; --algo {config.algo} would ignore "
+                         f"{'it' if one else 'them'}: drop {'it' if one else 'them'} or change --algo")
     actors = config.actors
     unused = [n for n in options_with("not_with_actors" if actors else "actors_only") if n in given]
     if not unused:
@@ -108,8 +120,17 @@ class Config:
     torch_threads: int = _f(0, "torch intra-op threads of the learner (0: all cores on a CPU learner, "
                                "the cores the env workers leave free on a GPU)")
     log_every: int = _f(10_000, "write scalar metrics every this many agent steps")
-    preset: str = _f("", "named set of defaults to start from: 'catch', 'pong' or 'labml' (their values are in "
-                         "the README); explicit options win", "fixed_on_resume", "fixed_by_tuner")
+    preset: str = _f("", "named set of defaults to start from: catch, pong, labml, catch-pqn or pong-pqn "
+                         "(their values and sources are listed below); explicit options win",
+                     "fixed_on_resume", "fixed_by_tuner")
+
+    # --- learner ------------------------------------------------------------------------------
+    algo: str = _f("dqn", "learner: dqn (double DQN, dueling head, prioritized n-step replay) or pqn (parallel "
+                          "Q-learning on the vector env: rollouts, Q(lambda) returns, no replay or target network; "
+                          "Gallici et al. 2025)", "fixed_on_resume")
+    layer_norm: bool | None = _f(None, "LayerNorm before every hidden ReLU of the Q-network (PQN's network; each "
+                                       "conv normalized over its whole feature map); unset: on with --algo pqn, "
+                                       "off with --algo dqn", "fixed_on_resume")
 
     # --- environment (DeepMind/Nature preprocessing): the fields of `EnvOptions` -------------
     noop_max: int = _env_field("noop_max")
@@ -123,45 +144,57 @@ class Config:
 
     # --- replay -----------------------------------------------------------------------------
     buffer_size: int = _f(1_000_000, "replay capacity, in frame slots: one per transition + one per episode",
-                          "fixed_on_resume")
-    per: bool = _f(True, "prioritized replay (Schaul et al. 2016); --no-per samples uniformly")
-    per_alpha: float = _f(0.5, "priority exponent alpha of prioritized replay")
-    per_beta_start: float = _f(0.4, "importance-sampling exponent beta at the start of learning")
-    per_beta_end: float = _f(1.0, "importance-sampling exponent beta after --per-beta-steps")
-    per_beta_steps: int = _f(10_000_000, "agent steps, from step 0, over which beta anneals linearly to its end value")
+                          "fixed_on_resume", "dqn_only")
+    per: bool = _f(True, "prioritized replay (Schaul et al. 2016); --no-per samples uniformly", "dqn_only")
+    per_alpha: float = _f(0.5, "priority exponent alpha of prioritized replay", "dqn_only")
+    per_beta_start: float = _f(0.4, "importance-sampling exponent beta at the start of learning", "dqn_only")
+    per_beta_end: float = _f(1.0, "importance-sampling exponent beta after --per-beta-steps", "dqn_only")
+    per_beta_steps: int = _f(10_000_000, "agent steps, from step 0, over which beta anneals linearly to its end value",
+                             "dqn_only")
     per_beta_schedule: str = _f("", "beta as 'step:value,...' pairs in agent steps, linear between them and constant "
-                                    "after the last (replaces --per-beta-start/-end/-steps)")
-    per_eps: float = _f(1e-6, "added to |TD error| to form a priority")
-    n_step: int = _f(3, "n of n-step returns, in agent steps (1: one-step TD; at most 1000)", "fixed_on_resume")
+                                    "after the last (replaces --per-beta-start/-end/-steps)", "dqn_only")
+    per_eps: float = _f(1e-6, "added to |TD error| to form a priority", "dqn_only")
+    n_step: int = _f(3, "n of n-step returns, in agent steps (1: one-step TD; at most 1000)",
+                     "fixed_on_resume", "dqn_only")
 
     # --- learner ----------------------------------------------------------------------------
-    learning_starts: int = _f(80_000, "agent steps of experience collected before the first update")
-    train_frequency: int = _f(4, "one gradient update every this many agent steps")
-    batch_size: int = _f(32, "transitions per gradient update")
+    learning_starts: int = _f(80_000, "agent steps of experience collected before the first update", "dqn_only")
+    train_frequency: int = _f(4, "one gradient update every this many agent steps", "dqn_only")
+    batch_size: int = _f(32, "transitions per gradient update", "dqn_only")
     learning_rate: float = _f(6.25e-5, "Adam learning rate (constant; see --learning-rate-schedule)")
     learning_rate_schedule: str = _f("", "learning rate as 'step:value,...' pairs in agent steps, linear between "
                                          "them and constant after the last (replaces --learning-rate)")
-    adam_eps: float = _f(1.5e-4, "Adam epsilon")
+    adam_eps: float = _f(1.5e-4, "Adam epsilon", "dqn_only")
     gamma: float = _f(0.99, "discount factor per agent step")
-    target_update_frequency: int = _f(8_000, "copy online to target network every this many agent steps")
+    target_update_frequency: int = _f(8_000, "copy online to target network every this many agent steps", "dqn_only")
     max_grad_norm: float = _f(10.0, "clip the global gradient norm to this (0: no clipping)")
     clip_rewards: bool = _f(True, "learn from sign(reward) (Mnih et al. 2015); logged returns stay raw")
-    double: bool = _f(True, "double-DQN target (van Hasselt et al. 2016); --no-double uses max_a Q_target")
+    double: bool = _f(True, "double-DQN target (van Hasselt et al. 2016); --no-double uses max_a Q_target", "dqn_only")
     dueling: bool = _f(True, "dueling head (Wang et al. 2016); --no-dueling uses a plain linear head",
                        "fixed_on_resume")
     hidden_size: int = _f(512, "units of the fully connected layer", "fixed_on_resume")
     compile: bool = _f(False, "torch.compile: on CUDA the update's forward and backward as CUDA graphs "
-                              "(mode reduce-overhead, static input buffers); elsewhere the Q-network")
+                              "(mode reduce-overhead, static input buffers); elsewhere the Q-network", "dqn_only")
     amp: str = _f("off", "autocast the learner's forward passes: off, or bf16 (fp32 master weights and loss; "
                          "CPUs and CUDA GPUs with bf16)")
     prefetch: bool | None = _f(None, "sample the next batch on a background thread during each update; "
                                      "priorities then arrive one update late (as in Ape-X); unset: on with a CUDA "
-                                     "learner, off elsewhere (--no-prefetch: exact, synchronous)")
+                                     "learner, off elsewhere (--no-prefetch: exact, synchronous)", "dqn_only")
     overlap_forward: bool = _f(False, "CPU learner: compute the next observations' target and online Q-values on a "
                                       "second thread beside the batch's online forward pass (a core the env "
-                                      "workers leave idle); the same arithmetic, so a run changes only in speed")
+                                      "workers leave idle); the same arithmetic, so a run changes only in speed",
+  "dqn_only")
     replay_device: str = _f("", "keep a copy of the replay's frames on this torch device (auto, cuda, cpu, ...) "
-                                "and gather batches there; empty: batches are copied out on the host")
+                                "and gather batches there; empty: batches are copied out on the host", "dqn_only")
+
+    # --- PQN (--algo pqn; Gallici et al. 2025, Algorithm 1) ----------------------------------
+    rollout_steps: int = _f(32, "vector steps per PQN rollout (T); a rollout is T x --num-envs agent steps",
+                            "pqn_only")
+    q_lambda: float = _f(0.65, "lambda of PQN's Q(lambda) returns (0: one-step Q-learning targets, 1: Monte-Carlo "
+                               "returns within the rollout)", "pqn_only")
+    epochs: int = _f(2, "passes of PQN over each rollout", "pqn_only")
+    minibatches: int = _f(4, "minibatches per pass over a PQN rollout; each holds T x --num-envs / this "
+                             "transitions (must divide it)", "pqn_only")
 
     # --- exploration ------------------------------------------------------------------------
     epsilon_start: float = _f(1.0, "epsilon-greedy epsilon at step 0", "not_with_actors")
@@ -176,7 +209,7 @@ class Config:
     checkpoint_every: int = _f(500_000, "write checkpoints/latest.pt every this many agent steps (0: only at the end)")
     keep_checkpoints: bool = _f(False, "also keep each periodic checkpoint as checkpoints/step_<agent step>.pt "
                                        "(networks and counters, no replay), e.g. to evaluate them later")
-    save_replay: bool = _f(False, "also save the replay buffer with each checkpoint (for exact resume)")
+    save_replay: bool = _f(False, "also save the replay buffer with each checkpoint (for exact resume)", "dqn_only")
     resume: str = _f("", "run folder (or checkpoint file) to continue", "fixed_by_tuner")
     worker_timeout: float = _f(60.0, "seconds an env worker may take to answer before the run stops")
     eval_every: int = _f(250_000, "evaluate greedily every this many agent steps (0: off)")
@@ -185,7 +218,7 @@ class Config:
 
     # --- distributed actors (Ape-X, Horgan et al. 2018; needs the ray extra) -----------------
     actors: int = _f(0, "Ray actor processes that play and feed the learner's replay (0: the single-process "
-                        "trainer with --num-envs envs; >= 1 needs pip install -e \".[ray]\")")
+                        "trainer with --num-envs envs; >= 1 needs pip install -e \".[ray]\")", "dqn_only")
     actor_envs: int = _f(2, "envs (worker processes) per actor; with --actors the replay holds --actors x "
                             "--actor-envs env rings and --num-envs is not used", "actors_only")
     ray_address: str = _f("", "Ray cluster to join ('auto': the one started by 'ray start --head' on this host, "
@@ -217,108 +250,11 @@ class Config:
         Raises:
             ValueError: naming the bad option, its value and what is allowed.
         """
-        self._check_ranges()
+        _check_ranges(self)
         self.env_options().validate(option_flag)
-        self._check_schedules()
-        self._check_relations()
-
-    def _check_ranges(self) -> None:
-        """Each number on its own: counts, rates, probabilities."""
-        positive = [
-            "total_steps", "num_envs", "buffer_size", "batch_size", "train_frequency",
-            "target_update_frequency", "n_step", "log_every", "hidden_size", "eval_episodes", "per_beta_steps",
-        ]
-        for name in positive:
-            value = getattr(self, name)
-            if value < 1:
-                raise ValueError(f"{option_flag(name)} {value} must be a positive integer (>= 1)")
-        for name in ["learning_starts", "checkpoint_every", "eval_every", "epsilon_decay_steps",
-                     "torch_threads"]:
-            value = getattr(self, name)
-            if value < 0:
-                raise ValueError(f"{option_flag(name)} {value} must be >= 0")
-        for name in ["learning_rate", "adam_eps", "worker_timeout"]:
-            value = getattr(self, name)
-            if not (value > 0 and math.isfinite(value)):
-                raise ValueError(f"{option_flag(name)} {value} must be a positive number")
-        for name in ["gamma", "epsilon_start", "epsilon_end", "eval_epsilon",
-                     "per_beta_start", "per_beta_end"]:
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{option_flag(name)} {value} must be in [0, 1]")
-        for name, value, ok, allowed in [
-            ("per_alpha", self.per_alpha, self.per_alpha >= 0, ">= 0 (0: uniform sampling)"),
-            ("per_eps", self.per_eps, self.per_eps > 0, "> 0"),
-            ("max_grad_norm", self.max_grad_norm, self.max_grad_norm >= 0, ">= 0 (0: no clipping)"),
-        ]:
-            if not (ok and math.isfinite(value)):
-                raise ValueError(f"{option_flag(name)} {value} must be a finite number {allowed}")
-
-    def _check_schedules(self) -> None:
-        """Each ``--*-schedule`` parses, and its values are in their quantity's range."""
-        for name, low, high in [("epsilon_schedule", 0.0, 1.0), ("per_beta_schedule", 0.0, 1.0),
-                                ("learning_rate_schedule", 0.0, math.inf)]:
-            text = getattr(self, name)
-            if not text:
-                continue
-            try:
-                values = [v for _, v in parse_pairs(text)]
-            except ValueError as err:
-                raise ValueError(f"{option_flag(name)} {text!r}: {err}") from None
-            bad = [v for v in values if not (low <= v <= high) or (name == "learning_rate_schedule" and v <= 0)]
-            if bad:
-                allowed = "positive" if high == math.inf else f"in [{low:g}, {high:g}]"
-                raise ValueError(f"{option_flag(name)} {text!r}: values {bad} must be {allowed}")
-
-    def _check_relations(self) -> None:
-        """Values that must fit each other (batch and buffer, warm-up and length, ...) and names."""
-        if not 0 <= self.seed < 2**32:
-            raise ValueError(f"--seed {self.seed} must be in [0, 2**32) (env i is seeded seed + i)")
-        if self.seed + self.num_envs > 2**32:
-            raise ValueError(f"--seed {self.seed} + --num-envs {self.num_envs} exceeds 2**32; use a smaller seed")
-        if self.screen_size < MIN_SCREEN_SIZE:
-            raise ValueError(
-                f"--screen-size {self.screen_size} is too small for the Nature-DQN torso (8×8/4, 4×4/2, 3×3/1 "
-                f"convolutions); use at least {MIN_SCREEN_SIZE}"
-            )
-        if self.batch_size > self.buffer_size:
-            raise ValueError(
-                f"--batch-size {self.batch_size} is larger than --buffer-size {self.buffer_size}; "
-                "use a buffer at least as large as one batch"
-            )
-        if self.learning_starts < self.batch_size:
-            raise ValueError(
-                f"--learning-starts {self.learning_starts} is below --batch-size {self.batch_size}; "
-                "collect at least one batch of transitions before learning"
-            )
-        if self.learning_starts > self.total_steps:
-            raise ValueError(
-                f"--learning-starts {self.learning_starts} is above --total-steps {self.total_steps}; "
-                "the run would end before its first update"
-            )
-        if self.n_step > MAX_N_STEP:
-            raise ValueError(f"--n-step {self.n_step} is too long; use at most {MAX_N_STEP} (Rainbow uses 3)")
-        _check_actors(self)
-        envs, envs_said = self.env_workers()
-        ring = self.buffer_size // envs
-        if ring < 2 * self.frame_stack + self.n_step:
-            raise ValueError(
-                f"--buffer-size {self.buffer_size} split over {envs_said} leaves {ring} slots per env; "
-                f"with --frame-stack {self.frame_stack} and --n-step {self.n_step} use at least "
-                f"{envs * (2 * self.frame_stack + self.n_step)}"
-            )
-        if self.run_name and (
-            self.run_name in (".", "..") or "/" in self.run_name or "\\" in self.run_name
-        ):
-            raise ValueError(
-                f"--run-name {self.run_name!r} must be a plain folder name (no '/', not '.' or '..'); the run is "
-                f"written to --log-dir/<run-name>"
-            )
-        if self.preset:
-            check_preset(self.preset)
-        if self.overlap_forward and self.compile:
-            raise ValueError("--overlap-forward cannot be combined with --compile (a compiled network is not called "
-                             "from two threads); drop one of them")
+        _check_schedules(self)
+        _check_pqn(self)
+        _check_relations(self)
 
     def env_workers(self) -> tuple[int, str]:
         """``(count, options)``: the env worker processes of the run and the options that set
@@ -352,6 +288,11 @@ class Config:
             return [(0, self.per_beta_start), (self.per_beta_steps, self.per_beta_end)]
         return [(0, self.learning_rate)]
 
+    @property
+    def uses_layer_norm(self) -> bool:
+        """Whether the Q-network has LayerNorm: ``layer_norm``, or unset, on for PQN only."""
+        return self.algo == "pqn" if self.layer_norm is None else bool(self.layer_norm)
+
     def env_options(self) -> EnvOptions:
         """The env preprocessing options of this run."""
         return EnvOptions(**{f.name: getattr(self, f.name) for f in fields(EnvOptions)})
@@ -382,6 +323,134 @@ class Config:
         return cls.from_dict({**values, **overrides})
 
 
+def _check_ranges(c: Config) -> None:
+    """Each number on its own: counts, rates, probabilities."""
+    positive = [
+        "total_steps", "num_envs", "buffer_size", "batch_size", "train_frequency",
+        "target_update_frequency", "n_step", "log_every", "hidden_size", "eval_episodes", "per_beta_steps",
+    ]
+    for name in positive:
+        value = getattr(c, name)
+        if value < 1:
+            raise ValueError(f"{option_flag(name)} {value} must be a positive integer (>= 1)")
+    for name in ["learning_starts", "checkpoint_every", "eval_every", "epsilon_decay_steps",
+                 "torch_threads"]:
+        value = getattr(c, name)
+        if value < 0:
+            raise ValueError(f"{option_flag(name)} {value} must be >= 0")
+    for name in ["learning_rate", "adam_eps", "worker_timeout"]:
+        value = getattr(c, name)
+        if not (value > 0 and math.isfinite(value)):
+            raise ValueError(f"{option_flag(name)} {value} must be a positive number")
+    for name in ["gamma", "epsilon_start", "epsilon_end", "eval_epsilon",
+                 "per_beta_start", "per_beta_end"]:
+        value = getattr(c, name)
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{option_flag(name)} {value} must be in [0, 1]")
+    for name, value, ok, allowed in [
+        ("per_alpha", c.per_alpha, c.per_alpha >= 0, ">= 0 (0: uniform sampling)"),
+        ("per_eps", c.per_eps, c.per_eps > 0, "> 0"),
+        ("max_grad_norm", c.max_grad_norm, c.max_grad_norm >= 0, ">= 0 (0: no clipping)"),
+    ]:
+        if not (ok and math.isfinite(value)):
+            raise ValueError(f"{option_flag(name)} {value} must be a finite number {allowed}")
+
+
+def _check_schedules(c: Config) -> None:
+    """Each ``--*-schedule`` parses, and its values are in their quantity's range."""
+    for name, low, high in [("epsilon_schedule", 0.0, 1.0), ("per_beta_schedule", 0.0, 1.0),
+                            ("learning_rate_schedule", 0.0, math.inf)]:
+        text = getattr(c, name)
+        if not text:
+            continue
+        try:
+            values = [v for _, v in parse_pairs(text)]
+        except ValueError as err:
+            raise ValueError(f"{option_flag(name)} {text!r}: {err}") from None
+        bad = [v for v in values if not (low <= v <= high) or (name == "learning_rate_schedule" and v <= 0)]
+        if bad:
+            allowed = "positive" if high == math.inf else f"in [{low:g}, {high:g}]"
+            raise ValueError(f"{option_flag(name)} {text!r}: values {bad} must be {allowed}")
+
+
+def _check_relations(c: Config) -> None:
+    """Values that must fit each other (seeds and envs, screen and torso) and names; DQN's own."""
+    if not 0 <= c.seed < 2**32:
+        raise ValueError(f"--seed {c.seed} must be in [0, 2**32) (env i is seeded seed + i)")
+    if c.seed + c.num_envs > 2**32:
+        raise ValueError(f"--seed {c.seed} + --num-envs {c.num_envs} exceeds 2**32; use a smaller seed")
+    if c.screen_size < MIN_SCREEN_SIZE:
+        raise ValueError(
+            f"--screen-size {c.screen_size} is too small for the Nature-DQN torso (8×8/4, 4×4/2, 3×3/1 "
+            f"convolutions); use at least {MIN_SCREEN_SIZE}"
+        )
+    if c.run_name and (
+        c.run_name in (".", "..") or "/" in c.run_name or "\\" in c.run_name
+    ):
+        raise ValueError(
+            f"--run-name {c.run_name!r} must be a plain folder name (no '/', not '.' or '..'); the run is "
+            f"written to --log-dir/<run-name>"
+        )
+    if c.preset:
+        check_preset(c.preset)
+    if c.algo == "dqn":
+        _check_replay(c)
+
+
+def _check_replay(c: Config) -> None:
+    """DQN's values that must fit each other: batch and buffer, warm-up and length, the rings."""
+    if c.batch_size > c.buffer_size:
+        raise ValueError(
+            f"--batch-size {c.batch_size} is larger than --buffer-size {c.buffer_size}; "
+            "use a buffer at least as large as one batch"
+        )
+    if c.learning_starts < c.batch_size:
+        raise ValueError(
+            f"--learning-starts {c.learning_starts} is below --batch-size {c.batch_size}; "
+            "collect at least one batch of transitions before learning"
+        )
+    if c.learning_starts > c.total_steps:
+        raise ValueError(
+            f"--learning-starts {c.learning_starts} is above --total-steps {c.total_steps}; "
+            "the run would end before its first update"
+        )
+    if c.n_step > MAX_N_STEP:
+        raise ValueError(f"--n-step {c.n_step} is too long; use at most {MAX_N_STEP} (Rainbow uses 3)")
+    _check_actors(c)
+    envs, envs_said = c.env_workers()
+    ring = c.buffer_size // envs
+    if ring < 2 * c.frame_stack + c.n_step:
+        raise ValueError(
+            f"--buffer-size {c.buffer_size} split over {envs_said} leaves {ring} slots per env; "
+            f"with --frame-stack {c.frame_stack} and --n-step {c.n_step} use at least "
+            f"{envs * (2 * c.frame_stack + c.n_step)}"
+        )
+    if c.overlap_forward and c.compile:
+        raise ValueError("--overlap-forward cannot be combined with --compile (a compiled network is not called "
+                         "from two threads); drop one of them")
+
+
+def _check_pqn(c: Config) -> None:
+    """The learner's choice and PQN's options (see `Config.validate`)."""
+    if c.algo not in ALGOS:
+        raise ValueError(f"--algo {c.algo!r} is unknown; choose one of {list(ALGOS)}")
+    if c.algo != "pqn":
+        return
+    for name in ("rollout_steps", "epochs", "minibatches"):
+        if getattr(c, name) < 1:
+            raise ValueError(f"{option_flag(name)} {getattr(c, name)} must be a positive integer (>= 1)")
+    if not 0.0 <= c.q_lambda <= 1.0:
+        raise ValueError(f"--q-lambda {c.q_lambda} must be in [0, 1] (PQN's Atari runs use 0.65)")
+    rollout = c.rollout_steps * c.num_envs
+    if rollout % c.minibatches:
+        raise ValueError(f"--minibatches {c.minibatches} does not divide a rollout of --rollout-steps "
+                         f"{c.rollout_steps} x --num-envs {c.num_envs} = {rollout} transitions; use a divisor of "
+                         f"{rollout}")
+    if c.actors:
+        raise ValueError(f"--actors {c.actors} cannot be used with --algo pqn: PQN learns from its own vector "
+                         "env's rollouts; drop --actors")
+
+
 def _check_actors(c: Config) -> None:
     """The distributed options of ``c`` (see `Config.validate`)."""
     if c.actors < 0:
@@ -401,79 +470,6 @@ def _check_actors(c: Config) -> None:
         raise ValueError(f"--seed {c.seed} + --actors x --actor-envs exceeds 2**32; use a smaller seed")
 
 
-def parse_pairs(text: str) -> list[tuple[float, float]]:
-    """``"step:value,step:value,..."`` (agent steps from 0, strictly increasing) as a list of
-    ``(step, value)`` points.
-
-    >>> parse_pairs("0:1.0, 800000:0.1")
-    [(0, 1.0), (800000, 0.1)]
-
-    Raises:
-        ValueError: naming the bad pair: not ``step:value`` numbers, a negative step, a value
-            that is not finite, or steps that do not increase.
-    """
-    points: list[tuple[float, float]] = []
-    for pair in text.split(","):
-        step, sep, value = pair.strip().partition(":")
-        try:
-            if not sep:
-                raise ValueError
-            point = (int(step), float(value))
-        except ValueError:
-            raise ValueError(f"{pair.strip()!r} is not a 'step:value' pair (e.g. '0:1.0,250000:0.01')") from None
-        if point[0] < 0:
-            raise ValueError(f"step {point[0]} of {pair.strip()!r} is negative; steps count agent steps from 0")
-        if not math.isfinite(point[1]):
-            raise ValueError(f"the value of {pair.strip()!r} is not a finite number")
-        points.append(point)
-    PiecewiseLinear(points)  # raises unless the steps increase strictly
-    return points
-
-
-# The two forms of each schedule: giving both is refused.
-SCHEDULE_SHORTHANDS = {
-    "epsilon_schedule": ("epsilon_start", "epsilon_end", "epsilon_decay_steps"),
-    "per_beta_schedule": ("per_beta_start", "per_beta_end", "per_beta_steps"),
-    "learning_rate_schedule": ("learning_rate",),
-}
-
-
-def replaced_options(given: Iterable[str]) -> set[str]:
-    """The options that options ``given`` explicitly replace in an earlier set of values (a
-    preset's, or a resumed run's saved ones): each given option, and the ``--*-schedule`` of
-    each quantity whose two-point shorthand is given.
-
-    Why the schedule: a schedule wins over its shorthand (`Config.schedule_points`), so keeping
-    an earlier ``epsilon_schedule`` would silently ignore an explicit ``--epsilon-end``.
-
-    >>> sorted(replaced_options({"epsilon_end", "total_steps"}))
-    ['epsilon_end', 'epsilon_schedule', 'total_steps']
-    """
-    replaced = set(given)
-    for schedule, shorthand in SCHEDULE_SHORTHANDS.items():
-        if replaced.intersection(shorthand):
-            replaced.add(schedule)
-    return replaced
-
-
 def option_flag(name: str) -> str:
     """The command-line flag of a `Config` field: ``"n_step" -> "--n-step"``."""
     return "--" + name.replace("_", "-")
-
-
-def default_torch_threads(num_envs: int, cpu_count: int | None = None, device_type: str = "cpu") -> int:
-    """Intra-op threads for the learner so it does not fight the env workers for cores.
-
-    Rule: a learner on the CPU takes every core; a learner on a GPU takes the cores the env
-    workers leave free (at least one, at most four: it only feeds the GPU).
-
-    Why: on the CPU the learner is the bottleneck by far (an update costs several times the
-    workers' CPU for one vector step, and `Trainer` overlaps the two), so it gets every core.
-    A learner thread only loses badly to workers that are busy all the time (an env-bound
-    run), which is the GPU case: there the workers get the cores. The README's Performance
-    section has the measured figures.
-    """
-    cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
-    if device_type == "cpu":
-        return max(1, cores)
-    return max(1, min(4, cores - num_envs))

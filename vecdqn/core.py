@@ -7,7 +7,8 @@ Shape legend: ``N`` transitions per store (one per env), ``S`` stacked frames, `
 Two collectors feed one `TrainingCore`: the vector-env loop (`vecdqn.trainer.VectorCollector`)
 and the Ape-X block loop (`vecdqn.distributed.learner.BlockCollector`). A collector owns where
 transitions come from; a `Learner` owns acting and learning (DQN: replay, pipeline and target
-network, `vecdqn.dqn`); the core owns everything else, once::
+network, `vecdqn.dqn`; PQN: rollout, Q(λ) returns and epochs, `vecdqn.pqn`); the core owns
+everything else, once::
 
     TrainingCore.run(collector):
         collector.start()
@@ -47,6 +48,7 @@ from vecdqn.dqn import DQNLearner
 from vecdqn.envs import WorkerError, env_family
 from vecdqn.evaluation import evaluate, periodic_eval_seed
 from vecdqn.metrics import MetricsLogger
+from vecdqn.pqn import PQNLearner
 from vecdqn.preflight import preflight
 from vecdqn.resume import Resumed
 from vecdqn.staging import select_device
@@ -169,8 +171,9 @@ class Learner(Protocol):
 
 
 def make_learner(config: Config, device: torch.device, obs_shape: tuple[int, ...], n_actions: int) -> Learner:
-    """The run's learner for observations ``(S, H, W)`` and ``A`` actions."""
-    return DQNLearner(config, device, obs_shape, n_actions)
+    """The run's learner (``--algo``) for observations ``(S, H, W)`` and ``A`` actions."""
+    learner = {"dqn": DQNLearner, "pqn": PQNLearner}[config.algo]
+    return learner(config, device, obs_shape, n_actions)
 
 
 class Collector(Protocol):

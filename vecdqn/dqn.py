@@ -59,7 +59,7 @@ class DQNLearner:
             n_actions, obs_shape, device, learning_rate=self.schedules.learning_rate(0),
             adam_eps=c.adam_eps, max_grad_norm=c.max_grad_norm, double=c.double, dueling=c.dueling,
             hidden_size=c.hidden_size, seed=c.seed + 1, compile=c.compile, amp=c.amp,
-            overlap_forward=c.overlap_forward,
+            overlap_forward=c.overlap_forward, layer_norm=c.uses_layer_norm,
         )
         self.pipeline: LearnerPipeline | None = None
 

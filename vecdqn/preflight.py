@@ -151,10 +151,13 @@ def check_memory(config: Config) -> None:
     workers = count * WORKER_BYTES
     free = available_memory_bytes()
     if free is not None and need + workers > free:
+        dqn = config.algo == "dqn"
+        storage = (f"--buffer-size {config.buffer_size} needs {need / 2**30:.1f} GiB for the replay" if dqn
+                   else f"a rollout of --rollout-steps {config.rollout_steps} needs {need / 2**30:.1f} GiB")
         raise ConfigError(
-            f"--buffer-size {config.buffer_size} needs {need / 2**30:.1f} GiB for the replay and {said} about "
-            f"{workers / 2**30:.1f} GiB for {count} env workers, but only {free / 2**30:.1f} GiB are free; use a "
-            "smaller --buffer-size or fewer env workers"
+            f"{storage} and {said} about {workers / 2**30:.1f} GiB for {count} env workers, but only "
+            f"{free / 2**30:.1f} GiB are free; use a smaller {'--buffer-size' if dqn else 'rollout'} "
+            "or fewer env workers"
         )
 
 
@@ -164,7 +167,7 @@ def checkpoint_bytes(config: Config, n_actions: int) -> int:
     with ``--actors``)."""
     with torch.device("meta"):
         net = QNetwork(n_actions, in_channels=config.frame_stack, screen_size=config.screen_size,
-                       dueling=config.dueling, hidden_size=config.hidden_size)
+                       dueling=config.dueling, hidden_size=config.hidden_size, layer_norm=config.uses_layer_norm)
     parameters = sum(p.numel() for p in net.parameters())
     per_env = 2 * config.frame_stack * config.screen_size**2 + SNAPSHOT_BYTES
     snapshotted = 0 if config.actors else config.num_envs  # the actors' games are not kept
@@ -187,7 +190,10 @@ def check_disk(config: Config, n_actions: int) -> None:
 
 
 def replay_bytes(config: Config) -> int:
-    """Bytes the run's replay buffer allocates."""
+    """Bytes the run's transition storage allocates: DQN's replay buffer, or PQN's rollout
+    (``T × N`` stacked observations)."""
+    if config.algo == "pqn":
+        return config.rollout_steps * config.num_envs * (config.frame_stack * config.screen_size**2 + 32)
     return PrioritizedReplayBuffer.bytes_needed(
         config.buffer_size, (config.frame_stack, config.screen_size, config.screen_size), n_step=config.n_step
     )

@@ -108,6 +108,55 @@ PRESETS: dict[str, dict[str, Any]] = {
         n_step=1,
         clip_rewards=False,
     ),
+    # PQN on pixel Catch: 8 envs x 16 steps per rollout, 4 epochs of 8 minibatches of 16 (one
+    # gradient step per 4 agent steps, as the catch preset's DQN); gamma 0.9 for 9-step games.
+    "catch-pqn": dict(
+        env_id="vecdqn/Catch-v0",
+        algo="pqn",
+        total_steps=12_000,
+        num_envs=8,
+        screen_size=44,
+        hidden_size=128,
+        rollout_steps=16,
+        epochs=4,
+        minibatches=8,
+        q_lambda=0.65,
+        learning_rate=1e-3,
+        gamma=0.9,
+        epsilon_start=1.0,
+        epsilon_end=0.01,
+        epsilon_decay_steps=5_000,
+        log_every=1_000,
+        checkpoint_every=0,
+        eval_every=0,
+    ),
+    # PQN on Pong, 2 CPU cores: CleanRL's pqn_atari_envpool.py settings (8 envs, lambda 0.65,
+    # gamma 0.99, RAdam 2.5e-4, gradient norm 10, LayerNorm) at 44 px, with shorter rollouts and
+    # fewer epochs for a CPU learner, and epsilon over the first 10% of the run.
+    "pong-pqn": dict(
+        env_id="PongNoFrameskip-v4",
+        algo="pqn",
+        total_steps=2_000_000,
+        num_envs=8,
+        screen_size=44,
+        hidden_size=256,
+        rollout_steps=32,
+        epochs=2,
+        minibatches=4,
+        q_lambda=0.65,
+        learning_rate=2.5e-4,
+        gamma=0.99,
+        max_grad_norm=10.0,
+        epsilon_start=1.0,
+        epsilon_end=0.01,
+        epsilon_decay_steps=200_000,
+        torch_threads=1,
+        log_every=10_000,
+        checkpoint_every=50_000,
+        keep_checkpoints=True,
+        eval_every=0,
+        eval_episodes=10,
+    ),
 }
 
 
@@ -118,6 +167,10 @@ PRESET_SOURCES = {
     "pong": "PongNoFrameskip-v4 learned on 2 CPU cores (Lapan, Deep Reinforcement Learning Hands-On, 3rd ed., "
             "ch. 8: its tuned gamma 0.98 and 3-step targets, with double/dueling/PER and half its 100,000 replay)",
     "labml": "labml's annotated DQN experiment on Breakout (labml_nn.rl.dqn), converted to agent steps",
+    "catch-pqn": "PQN (Gallici et al. 2025) on the pixel Catch game: 8 envs, rollouts of 16 steps, 4 epochs of "
+                 "8 minibatches",
+    "pong-pqn": "PQN (Gallici et al. 2025) on PongNoFrameskip-v4 with CleanRL's pqn_atari_envpool.py settings "
+                "(8 envs, lambda 0.65, RAdam 2.5e-4, LayerNorm) at 44 px, rollouts of 32 steps, 2 epochs",
 }
 
 

@@ -70,7 +70,9 @@ def resume(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None
     saved = checkpoint.load_training(file)
     run_dir = file.parent.parent
     config = _continued_config(saved, dict(overrides or {}), run_dir)
-    if config.actors:
+    if config.algo == "pqn":
+        replay, note = None, ""
+    elif config.actors:
         replay, note = None, "a saved replay is not reused with --actors"
     else:
         replay, note = checkpoint.load_replay(saved)

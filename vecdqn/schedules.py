@@ -1,9 +1,11 @@
-"""Schedules of a value over agent steps (epsilon, importance-sampling beta, learning rate)."""
+"""Schedules of a value over agent steps (epsilon, importance-sampling beta, learning rate), and the
+``step:value`` text of the ``--*-schedule`` options."""
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 
 
 class PiecewiseLinear:
@@ -62,3 +64,58 @@ class Schedules:
         shorthand). All start at agent step 0, not at ``learning_starts``, so a run continued
         with a larger ``total_steps`` keeps its schedules (exact resume)."""
         return cls(*(PiecewiseLinear(config.schedule_points(q)) for q in ("epsilon", "per_beta", "learning_rate")))
+
+
+def parse_pairs(text: str) -> list[tuple[float, float]]:
+    """``"step:value,step:value,..."`` (agent steps from 0, strictly increasing) as a list of
+    ``(step, value)`` points.
+
+    >>> parse_pairs("0:1.0, 800000:0.1")
+    [(0, 1.0), (800000, 0.1)]
+
+    Raises:
+        ValueError: naming the bad pair: not ``step:value`` numbers, a negative step, a value
+            that is not finite, or steps that do not increase.
+    """
+    points: list[tuple[float, float]] = []
+    for pair in text.split(","):
+        step, sep, value = pair.strip().partition(":")
+        try:
+            if not sep:
+                raise ValueError
+            point = (int(step), float(value))
+        except ValueError:
+            raise ValueError(f"{pair.strip()!r} is not a 'step:value' pair (e.g. '0:1.0,250000:0.01')") from None
+        if point[0] < 0:
+            raise ValueError(f"step {point[0]} of {pair.strip()!r} is negative; steps count agent steps from 0")
+        if not math.isfinite(point[1]):
+            raise ValueError(f"the value of {pair.strip()!r} is not a finite number")
+        points.append(point)
+    PiecewiseLinear(points)  # raises unless the steps increase strictly
+    return points
+
+
+# The two forms of each schedule: giving both is refused.
+SCHEDULE_SHORTHANDS = {
+    "epsilon_schedule": ("epsilon_start", "epsilon_end", "epsilon_decay_steps"),
+    "per_beta_schedule": ("per_beta_start", "per_beta_end", "per_beta_steps"),
+    "learning_rate_schedule": ("learning_rate",),
+}
+
+
+def replaced_options(given: Iterable[str]) -> set[str]:
+    """The options that options ``given`` explicitly replace in an earlier set of values (a
+    preset's, or a resumed run's saved ones): each given option, and the ``--*-schedule`` of
+    each quantity whose two-point shorthand is given.
+
+    Why the schedule: a schedule wins over its shorthand (`Config.schedule_points`), so keeping
+    an earlier ``epsilon_schedule`` would silently ignore an explicit ``--epsilon-end``.
+
+    >>> sorted(replaced_options({"epsilon_end", "total_steps"}))
+    ['epsilon_end', 'epsilon_schedule', 'total_steps']
+    """
+    replaced = set(given)
+    for schedule, shorthand in SCHEDULE_SHORTHANDS.items():
+        if replaced.intersection(shorthand):
+            replaced.add(schedule)
+    return replaced

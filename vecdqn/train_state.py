@@ -74,8 +74,9 @@ class TrainState:
 
     @classmethod
     def new(cls, c: Config) -> TrainState:
+        learn_from = c.learning_starts if c.algo == "dqn" else 0  # PQN learns from its first rollout
         return cls(
-            learn_from=c.learning_starts, next_sync=c.learning_starts + c.target_update_frequency,
+            learn_from=learn_from, next_sync=learn_from + c.target_update_frequency,
             next_log=next_multiple(0, c.log_every), next_eval=next_multiple(0, c.eval_every),
             next_checkpoint=next_multiple(0, c.checkpoint_every),
         )
@@ -99,13 +100,13 @@ class TrainState:
     def resumed(self, c: Config, *, with_replay: bool) -> TrainState:
         """This state, continued under ``c``: logs, evaluations and checkpoints come at the next
         multiples of ``c``'s periods, the agent steps an uninterrupted run uses (so a resumed run
-        keeps the same ``step_<N>.pt`` files); without a saved replay, learning waits for
-        ``learning_starts`` fresh transitions."""
+        keeps the same ``step_<N>.pt`` files); without a saved replay, a DQN run's learning waits
+        for ``learning_starts`` fresh transitions (PQN keeps no replay: it learns on)."""
         state = dataclasses.replace(
             self, next_log=next_multiple(self.step, c.log_every), next_eval=next_multiple(self.step, c.eval_every),
             next_checkpoint=next_multiple(self.step, c.checkpoint_every),
         )
-        if not with_replay:
+        if not with_replay and c.algo == "dqn":
             state.learn_from = self.step + c.learning_starts
             state.update_offset = self.updates
             state.next_sync = state.learn_from + c.target_update_frequency

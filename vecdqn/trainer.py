@@ -47,10 +47,11 @@ from typing import Any
 import numpy as np
 
 from vecdqn.acting import ended_games, learner_rewards, stored_next_obs
-from vecdqn.config import Config, default_torch_threads
+from vecdqn.config import Config
 from vecdqn.core import TrainingCore
 from vecdqn.envs import WorkerGuard
 from vecdqn.resume import Resumed, resume
+from vecdqn.staging import default_torch_threads
 
 __all__ = ["Trainer", "TrainerBase", "VectorCollector", "run_name"]
 

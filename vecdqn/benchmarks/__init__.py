@@ -2,10 +2,11 @@
 command line over them.
 
 Sections: `env` (env pipelines), `replay` (the replay buffers), `learner` (`DQNAgent.update`),
-`train` (end-to-end training), `actors` (distributed actors feeding the learner), `soak` (a
-long run watched for leaks), `update` (one update at a preset's network size, per threads x
-amp x compile). Each has ``add_arguments(parser)`` (its flags, the section's own
-``--<name>`` among them), ``run(args) -> list[Row]`` and ``QUICK``, the sizes of ``--quick``.
+`train` (end-to-end training), `pqn` (PQN end to end against its env pipeline), `actors`
+(distributed actors feeding the learner), `soak` (a long run watched for leaks), `update` (one
+update at a preset's network size, per threads x amp x compile). Each has
+``add_arguments(parser)`` (its flags, the section's own ``--<name>`` among them),
+``run(args) -> list[Row]`` and ``QUICK``, the sizes of ``--quick``.
 `loop` holds the learner-loop rows of `learner`; `harness` what the sections share; `baselines`
 the reference implementations they measure against.
 
@@ -25,19 +26,20 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vecdqn.benchmarks import actors, env, learner, replay, soak, train, update
+from vecdqn.benchmarks import actors, env, learner, pqn, replay, soak, train, update
 from vecdqn.benchmarks.harness import Row, print_table, write_json
 
 __all__ = ["QUICK", "SECTIONS", "Row", "run_sections"]
 
 # name -> its module, in the order sections run
 SECTIONS = {
-    "env": env, "replay": replay, "learner": learner, "train": train, "actors": actors, "soak": soak, "update": update,
+    "env": env, "replay": replay, "learner": learner, "train": train, "pqn": pqn, "actors": actors, "soak": soak,
+    "update": update,
 }
 
 # --quick: every section's smallest sizes, and one round
-QUICK = {"repeats": 1, **env.QUICK, **replay.QUICK, **learner.QUICK, **train.QUICK, **actors.QUICK, **soak.QUICK,
-         **update.QUICK}
+QUICK = {"repeats": 1, **env.QUICK, **replay.QUICK, **learner.QUICK, **train.QUICK, **pqn.QUICK, **actors.QUICK,
+         **soak.QUICK, **update.QUICK}
 
 
 def run_sections(args: argparse.Namespace, names: list[str], json_path: Path | None = None) -> list[Row]:

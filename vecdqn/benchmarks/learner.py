@@ -47,8 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def torch_threads(args: argparse.Namespace) -> int:
     """``--torch-threads``, or the trainer's rule for ``--num-envs`` on ``--device`` when it is 0."""
-    from vecdqn.config import default_torch_threads
-    from vecdqn.staging import select_device
+    from vecdqn.staging import default_torch_threads, select_device
 
     return args.torch_threads or default_torch_threads(args.num_envs, device_type=select_device(args.device).type)
 

@@ -38,13 +38,14 @@ from typing import Any
 
 import ray
 
-from vecdqn.config import Config, default_torch_threads
+from vecdqn.config import Config
 from vecdqn.core import TrainingCore
 from vecdqn.distributed import require_ray
 from vecdqn.distributed.blocks import Block, BlockIngest
 from vecdqn.distributed.pool import ActorPool, start_ray
 from vecdqn.envs import make_env
 from vecdqn.preflight import ConfigError
+from vecdqn.staging import default_torch_threads
 from vecdqn.trainer import TrainerBase
 
 __all__ = ["BlockCollector", "DistributedTrainer", "learner_threads"]

@@ -1,4 +1,4 @@
-"""PQN: Peng's Q(λ) returns over a rollout, and epochs of minibatch updates of one Q-network.
+"""`PQNAgent`: PQN's one Q-network and the epochs of minibatch updates of one rollout.
 
 Gallici et al. 2025, "Simplifying Deep Temporal Difference Learning" (ICLR 2025, arXiv
 2407.04811), Algorithm 1: ``N`` envs act ε-greedily for ``T`` steps with the current network;
@@ -33,81 +33,10 @@ from torch import nn
 from vecdqn.model import QNetwork
 from vecdqn.staging import check_amp, to_device
 
-__all__ = ["PQNLearner", "lambda_returns"]
+__all__ = ["PQNAgent"]
 
 
-def _check_unit_interval(name: str, value: float, example: float) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"lambda_returns: {name}={value} is outside [0, 1]; use a {name} in [0, 1], e.g. {example}")
-
-
-def lambda_returns(
-    rewards: torch.Tensor,
-    terminated: torch.Tensor,
-    truncated: torch.Tensor,
-    next_q_max: torch.Tensor,
-    gamma: float,
-    lam: float,
-) -> torch.Tensor:
-    """Peng's Q(λ) returns of one rollout, as PQN computes them (Gallici et al. 2025, Algorithm 1;
-    Peng & Williams 1996), backwards over ``t``:
-
-    - at the rollout's last step (``t = T − 1``), or where step t ended an episode
-      (``terminated_t or truncated_t``): ``G_t = r_t + γ · (1 − terminated_t) · next_q_max_t``
-    - otherwise: ``G_t = r_t + γ · (λ · G_{t+1} + (1 − λ) · next_q_max_t)``
-
-    So a termination stops the recursion and bootstraps from nothing; a truncation stops it and
-    bootstraps from the final observation's value; the next episode's steps never reach the
-    earlier one. ``λ = 0`` gives one-step Q-learning targets, ``λ = 1`` Monte-Carlo returns within
-    the rollout, bootstrapped at its end and at truncations.
-
-    Args:
-        rewards: ``(T, N) float32`` rewards ``r_t``.
-        terminated: ``(T, N) bool``; step t ended its episode by termination (a life loss
-            counts when life loss is an episode's end).
-        truncated: ``(T, N) bool``; step t ended its episode by a time limit.
-        next_q_max: ``(T, N) float32`` ``max_a Q(s_{t+1}, a)``, ``s_{t+1}`` as the module states
-            (the final observation where step t ended an episode). Treated as a constant.
-        gamma: discount ``γ`` in ``[0, 1]``.
-        lam: ``λ`` in ``[0, 1]``.
-
-    Returns:
-        ``(T, N) float32`` returns ``G``, on the inputs' device, without gradient.
-
-    Raises:
-        ValueError: an input that is not a tensor of its shape and dtype (all ``(T, N)`` with
-            ``T, N >= 1``, on one device), or ``gamma``/``lam`` outside ``[0, 1]``.
-    """
-    inputs = {"rewards": (rewards, torch.float32), "terminated": (terminated, torch.bool),
-              "truncated": (truncated, torch.bool), "next_q_max": (next_q_max, torch.float32)}
-    for name, (tensor, dtype) in inputs.items():
-        if not isinstance(tensor, torch.Tensor):
-            raise ValueError(f"lambda_returns: {name} is a {type(tensor).__name__}, not a torch.Tensor")
-        if tensor.dtype != dtype:
-            raise ValueError(f"lambda_returns: {name} has dtype {tensor.dtype}; it must be {dtype}")
-    if rewards.dim() != 2 or 0 in rewards.shape:
-        raise ValueError(f"lambda_returns: rewards has shape {tuple(rewards.shape)}; it must be (T, N) with T, N >= 1")
-    for name, (tensor, _) in inputs.items():
-        if tensor.shape != rewards.shape:
-            raise ValueError(f"lambda_returns: {name} has shape {tuple(tensor.shape)}, rewards "
-                             f"{tuple(rewards.shape)}; all four must be (T, N)")
-        if tensor.device != rewards.device:
-            raise ValueError(f"lambda_returns: {name} is on {tensor.device}, rewards on {rewards.device}")
-    _check_unit_interval("gamma", gamma, 0.99)
-    _check_unit_interval("lam", lam, 0.65)
-
-    with torch.no_grad():
-        bootstrap = gamma * (~terminated).float() * next_q_max  # γ (1 − terminated_t) next_q_max_t
-        ended = terminated | truncated
-        returns = torch.empty_like(rewards)
-        returns[-1] = rewards[-1] + bootstrap[-1]
-        for t in range(rewards.shape[0] - 2, -1, -1):
-            mixed = rewards[t] + gamma * (lam * returns[t + 1] + (1.0 - lam) * next_q_max[t])
-            returns[t] = torch.where(ended[t], rewards[t] + bootstrap[t], mixed)
-    return returns
-
-
-class PQNLearner:
+class PQNAgent:
     """PQN's one Q-network (no target network), RAdam, gradient-norm clipping and the updates of
     one rollout.
 
@@ -153,9 +82,9 @@ class PQNLearner:
     ):
         obs_shape = tuple(int(x) for x in obs_shape)
         if len(obs_shape) != 3 or obs_shape[1] != obs_shape[2]:
-            raise ValueError(f"PQNLearner: obs_shape {obs_shape} is not (S, H, H)")
+            raise ValueError(f"PQNAgent: obs_shape {obs_shape} is not (S, H, H)")
         if learning_rate < 0 or max_grad_norm < 0:
-            raise ValueError(f"PQNLearner: learning_rate={learning_rate} and max_grad_norm={max_grad_norm} "
+            raise ValueError(f"PQNAgent: learning_rate={learning_rate} and max_grad_norm={max_grad_norm} "
                              "must be >= 0 (max_grad_norm 0 disables the clip)")
         self.n_actions = n_actions
         self.obs_shape = obs_shape
@@ -184,29 +113,6 @@ class PQNLearner:
         obs = self._observations(obs, "q_values: obs", 1)
         with torch.no_grad(), self._autocast():
             return self.online(obs).float()
-
-    def epsilon_greedy(self, q_values: torch.Tensor, epsilon: float) -> np.ndarray:
-        """ε-greedy actions from Q-values, with this learner's generator.
-
-        Args:
-            q_values: ``(M, A) float32`` (from `q_values`).
-            epsilon: probability of a uniformly random action, per row, in ``[0, 1]``.
-
-        Returns:
-            ``(M,) int64`` actions on the host.
-
-        Raises:
-            ValueError: ``q_values`` not ``(M, A)``.
-        """
-        if q_values.dim() != 2 or q_values.shape[1] != self.n_actions:
-            raise ValueError(f"epsilon_greedy: q_values has shape {tuple(q_values.shape)}; it must be "
-                             f"(M, {self.n_actions})")
-        m = q_values.shape[0]
-        explore = self.rng.random(m) < epsilon
-        actions = self.rng.integers(self.n_actions, size=m)
-        if not explore.all():
-            actions = np.where(explore, actions, q_values.argmax(dim=1).cpu().numpy())
-        return actions.astype(np.int64)
 
     # -- learning --------------------------------------------------------------------------------
     def update(

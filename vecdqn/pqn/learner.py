@@ -1,0 +1,187 @@
+"""`PQNLearner`: PQN behind the interface every learner offers the training core (`vecdqn.core`).
+
+Shape legend: ``T`` rollout steps (``--rollout-steps``), ``N`` envs, ``S`` stacked frames,
+``H×W`` a frame, ``A`` actions.
+
+What a vector step does here (the core calls these; the vector-env collector in this order)::
+
+    learn(state, k, report)  once the rollout holds T vector steps: its λ-returns, then
+                             --epochs passes of --minibatches minibatch updates; a new rollout
+    store(transitions)       row t of the rollout; the Q-values of the ended episodes' final
+                             observations (a forward pass of those rows only)
+    act(next_obs, step)      one forward pass of N observations: ε-greedy actions, and the
+                             values max_a Q(s_{t+1}, a) that complete row t's targets
+
+One forward pass per vector step thus serves both the actions and the targets (as CleanRL's
+``pqn_atari_envpool.py`` keeps the acting Q-values rather than recompute them). The rollout's
+targets use the network as it acted; its update runs while the envs emulate the next step, so
+that step's actions were chosen one update earlier (a one-step policy lag).
+
+Checkpoints hold the rollout so far (a few MB), so a run resumes exactly at any agent step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from vecdqn.acting import epsilon_greedy
+from vecdqn.config import Config
+from vecdqn.pqn.agent import PQNAgent
+from vecdqn.pqn.returns import lambda_returns
+from vecdqn.schedules import Schedules
+from vecdqn.train_state import TrainState
+
+__all__ = ["PQNLearner"]
+
+# The rollout's fields: name -> dtype (each (T, N), obs (T, N, S, H, W)).
+ROLLOUT = {"obs": np.uint8, "actions": np.int64, "rewards": np.float32, "terminated": np.bool_,
+           "truncated": np.bool_, "next_q_max": np.float32}
+
+
+class PQNLearner:
+    """PQN's rollout, Q(λ) returns and epochs of one run (Gallici et al. 2025, Algorithm 1).
+
+    Args:
+        config: the run's configuration (``rollout_steps``, ``q_lambda``, ``epochs``,
+            ``minibatches``, ``gamma``, the ε and learning-rate schedules, the network's shape).
+        device: the learner's device.
+        obs_shape: ``(S, H, W)`` of one observation.
+        n_actions: ``A``.
+
+    Attributes: ``agent`` (`PQNAgent`: the network, RAdam), ``schedules``, ``t`` (rows of the
+    rollout filled so far).
+    """
+
+    def __init__(self, config: Config, device: torch.device, obs_shape: tuple[int, ...], n_actions: int):
+        c = self.config = config
+        self.schedules = Schedules.from_config(c)
+        self.agent = PQNAgent(n_actions, obs_shape, device, learning_rate=self.schedules.learning_rate(0),
+                              max_grad_norm=c.max_grad_norm, dueling=c.dueling, hidden_size=c.hidden_size,
+                              layer_norm=c.uses_layer_norm, amp=c.amp, seed=c.seed + 1)
+        self.shuffle = np.random.default_rng(c.seed + 2)  # the minibatches' shuffles
+        t, n = c.rollout_steps, c.num_envs
+        self.rollout = {name: np.zeros((t, n, *obs_shape) if name == "obs" else (t, n), dtype=dtype)
+                        for name, dtype in ROLLOUT.items()}
+        self.t = 0
+        self._open: np.ndarray | None = None  # (N,) bool: row t-1's targets still to complete by `act`
+        self._scalars: dict[str, float] = {}
+        self._collect_start = time.perf_counter()
+
+    @property
+    def network(self) -> torch.nn.Module:
+        """The Q-network: ``(B, S, H, W) uint8 -> (B, A) float32``."""
+        return self.agent.online
+
+    @property
+    def n_actions(self) -> int:
+        return self.agent.n_actions
+
+    @property
+    def obs_shape(self) -> tuple[int, ...]:
+        return self.agent.obs_shape
+
+    def restore(self, saved: dict[str, Any], replay: Any) -> None:
+        """Load a checkpoint's `state_dict` (network, RAdam, generators, the rollout so far)."""
+        self.agent.load_state_dict(saved)
+        self.shuffle.bit_generator.state = saved["shuffle"]
+        self.t = int(saved["t"])
+        for name in ROLLOUT:
+            self.rollout[name][...] = saved["rollout"][name].numpy()
+
+    def start(self) -> None:
+        """Nothing to start: the rollout fills from the first vector step."""
+        self._collect_start = time.perf_counter()
+
+    # -- acting -------------------------------------------------------------------------------------
+    def epsilon(self, step: int) -> float:
+        """The exploration rate at agent step ``step`` (its schedule)."""
+        return self.schedules.epsilon(step)
+
+    def act(self, obs: np.ndarray, step: int) -> np.ndarray:
+        """``(N, S, H, W) uint8 -> (N,) int64`` ε-greedy actions at agent step ``step``, from one
+        forward pass; when ``obs`` follow a stored step, its ``max_a Q(obs, a)`` complete that
+        step's targets (where the step did not end an episode)."""
+        q = self.agent.q_values(obs)
+        if self._open is not None:
+            values = q.max(dim=1).values.cpu().numpy()
+            self.rollout["next_q_max"][self.t - 1, self._open] = values[self._open]
+            self._open = None
+        return epsilon_greedy(self.agent.rng, self.schedules.epsilon(step), self.agent.n_actions, obs.shape[0],
+                              lambda: q.argmax(dim=1).cpu().numpy())
+
+    # -- learning -----------------------------------------------------------------------------------
+    def store(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
+              terminated: np.ndarray, truncated: np.ndarray, envs: Any = None) -> np.ndarray:
+        """Row ``t`` of the rollout: ``obs (N, S, H, W) uint8``, ``actions (N,) int64``, ``rewards
+        (N,)`` (clipped for learning), ``next_obs`` (the final observations where a step ended an
+        episode; `vecdqn.acting.stored_next_obs`), ``terminated``/``truncated (N,) bool``. The ended
+        envs' ``max_a Q(final_obs, a)`` are computed here; the others come with the next `act`.
+        Returns the row's ``(N,) int64`` positions ``t·N + i`` in the rollout.
+
+        Raises:
+            RuntimeError: the rollout is full (`learn` did not run) or ``envs`` is given (the
+                rollout takes all N envs at once).
+        """
+        if envs is not None or self.t >= self.config.rollout_steps:
+            raise RuntimeError("PQNLearner.store takes one whole vector step into a rollout with room; "
+                               f"row {self.t} of {self.config.rollout_steps}, envs={envs!r}")
+        r, t, n = self.rollout, self.t, obs.shape[0]
+        r["obs"][t], r["actions"][t], r["rewards"][t] = obs, actions, rewards
+        r["terminated"][t], r["truncated"][t] = terminated, truncated
+        ended = terminated | truncated
+        if ended.any():
+            r["next_q_max"][t, ended] = self.agent.q_values(next_obs[ended]).max(dim=1).values.cpu().numpy()
+        self._open = ~ended
+        self.t += 1
+        return t * n + np.arange(n, dtype=np.int64)
+
+    def learn(self, state: TrainState, agent_steps: int, report: Callable[[dict[str, float]], None]) -> None:
+        """Once the rollout holds ``T`` complete vector steps: its `lambda_returns`, then
+        ``epochs × minibatches`` updates (counted in ``state.updates``; their mean metrics to
+        ``report``), and a new rollout. Otherwise nothing."""
+        c = self.config
+        if self.t < c.rollout_steps or self._open is not None:
+            return
+        collected = time.perf_counter()
+        r = self.rollout
+        returns = lambda_returns(torch.from_numpy(r["rewards"]), torch.from_numpy(r["terminated"]),
+                                 torch.from_numpy(r["truncated"]), torch.from_numpy(r["next_q_max"]),
+                                 c.gamma, c.q_lambda)
+        self.agent.set_learning_rate(self.schedules.learning_rate(state.step))
+        metrics = self.agent.update(r["obs"], r["actions"], returns, epochs=c.epochs, minibatches=c.minibatches,
+                                    generator=self.shuffle)
+        report(metrics)
+        state.updates += c.epochs * c.minibatches
+        self.t = 0
+        done = time.perf_counter()
+        self._scalars = {
+            "pqn/lambda_return_mean": float(returns.mean()),
+            "pqn/update_seconds": done - collected,
+            "pqn/rollout_sps": c.rollout_steps * c.num_envs / max(collected - self._collect_start, 1e-9),
+        }
+        self._collect_start = done
+
+    def scalars(self, step: int) -> dict[str, float]:
+        """``charts/learning_rate`` and, once a rollout was learned from, the last one's
+        ``pqn/lambda_return_mean``, ``pqn/update_seconds`` (its epochs, in seconds) and
+        ``pqn/rollout_sps`` (agent steps per second while it was collected)."""
+        return {"charts/learning_rate": self.agent.learning_rate, **self._scalars}
+
+    # -- checkpoints --------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The agent's state (``online``, ``optimizer``, ``rng``: network, RAdam, ε generator), the
+        shuffle generator and the rollout so far (as tensors)."""
+        return {**self.agent.state_dict(), "shuffle": self.shuffle.bit_generator.state, "t": self.t,
+                "rollout": {name: torch.from_numpy(array.copy()) for name, array in self.rollout.items()}}
+
+    def replay(self) -> None:
+        """None: PQN keeps no replay."""
+        return None
+
+    def close(self) -> None:
+        """Nothing to stop."""
