@@ -195,6 +195,9 @@ class Config:
     epochs: int = _f(2, "passes of PQN over each rollout", "pqn_only")
     minibatches: int = _f(4, "minibatches per pass over a PQN rollout; each holds T x --num-envs / this "
                              "transitions (must divide it)", "pqn_only")
+    overlap_update: bool = _f(False, "PQN: learn from rollout k on a second thread while the envs collect rollout "
+                                     "k+1 with a copy of the network synced at each rollout (a one-rollout policy "
+                                     "lag; still a function of the seed)", "pqn_only")
 
     # --- exploration ------------------------------------------------------------------------
     epsilon_start: float = _f(1.0, "epsilon-greedy epsilon at step 0", "not_with_actors")

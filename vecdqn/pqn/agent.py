@@ -98,11 +98,13 @@ class PQNAgent:
         self.rng = np.random.default_rng(seed)
 
     # -- acting ----------------------------------------------------------------------------------
-    def q_values(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
+    def q_values(self, obs: np.ndarray | torch.Tensor, network: nn.Module | None = None) -> torch.Tensor:
         """Q-values of a batch of observations, without gradient (for acting and for ``next_q_max``).
 
         Args:
             obs: ``(M, S, H, W) uint8`` NumPy array or tensor (any device; moved to the learner's).
+            network: another network of this shape to ask (a copy of ``online`` that acts while
+                ``online`` trains on another thread); None: ``online``.
 
         Returns:
             ``(M, A) float32`` on the learner's device.
@@ -112,7 +114,7 @@ class PQNAgent:
         """
         obs = self._observations(obs, "q_values: obs", 1)
         with torch.no_grad(), self._autocast():
-            return self.online(obs).float()
+            return (network or self.online)(obs).float()
 
     # -- learning --------------------------------------------------------------------------------
     def update(

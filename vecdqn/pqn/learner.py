@@ -17,13 +17,27 @@ One forward pass per vector step thus serves both the actions and the targets (a
 targets use the network as it acted; its update runs while the envs emulate the next step, so
 that step's actions were chosen one update earlier (a one-step policy lag).
 
-Checkpoints hold the rollout so far (a few MB), so a run resumes exactly at any agent step.
+With ``overlap_update`` the update of rollout k runs on a second thread while the envs collect
+rollout k+1 with a copy of the network (``acting``), synced when the next rollout is full::
+
+    main thread:    collect k ─ learn: sync, submit k ─ collect k+1 ──── learn: wait k, sync, submit k+1
+    update thread:                         └─ epochs on rollout k ─┘
+
+Rollout k+1 is then collected and bootstrapped with the weights before update k (a one-rollout
+policy lag, which Q-learning tolerates: its targets are the max over actions, not the behaviour
+policy's). Every wait and sync falls at a fixed point of the run, so it stays a function of its
+seed.
+
+Checkpoints hold the rollout so far (a few MB, and the acting copy), so a run resumes exactly at
+any agent step.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -71,10 +85,20 @@ class PQNLearner:
         self._open: np.ndarray | None = None  # (N,) bool: row t-1's targets still to complete by `act`
         self._scalars: dict[str, float] = {}
         self._collect_start = time.perf_counter()
+        # --overlap-update: the network that acts while `agent.online` trains, the rollout being
+        # learned from, the thread and the update in flight (with its returns' mean and start).
+        self.acting: torch.nn.Module | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: tuple[Future, float, float] | None = None
+        if c.overlap_update:
+            self.acting = copy.deepcopy(self.agent.online).requires_grad_(False)
+            self._learning = {name: np.zeros_like(array) for name, array in self.rollout.items()}
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="vecdqn-pqn-update")
 
     @property
     def network(self) -> torch.nn.Module:
-        """The Q-network: ``(B, S, H, W) uint8 -> (B, A) float32``."""
+        """The Q-network, its update in flight done: ``(B, S, H, W) uint8 -> (B, A) float32``."""
+        self._finish()
         return self.agent.online
 
     @property
@@ -88,6 +112,8 @@ class PQNLearner:
     def restore(self, saved: dict[str, Any], replay: Any) -> None:
         """Load a checkpoint's `state_dict` (network, RAdam, generators, the rollout so far)."""
         self.agent.load_state_dict(saved)
+        if self.acting is not None:
+            self.acting.load_state_dict(saved.get("acting", saved["online"]))
         self.shuffle.bit_generator.state = saved["shuffle"]
         self.t = int(saved["t"])
         for name in ROLLOUT:
@@ -106,7 +132,7 @@ class PQNLearner:
         """``(N, S, H, W) uint8 -> (N,) int64`` ε-greedy actions at agent step ``step``, from one
         forward pass; when ``obs`` follow a stored step, its ``max_a Q(obs, a)`` complete that
         step's targets (where the step did not end an episode)."""
-        q = self.agent.q_values(obs)
+        q = self.agent.q_values(obs, self.acting)
         if self._open is not None:
             values = q.max(dim=1).values.cpu().numpy()
             self.rollout["next_q_max"][self.t - 1, self._open] = values[self._open]
@@ -135,7 +161,8 @@ class PQNLearner:
         r["terminated"][t], r["truncated"][t] = terminated, truncated
         ended = terminated | truncated
         if ended.any():
-            r["next_q_max"][t, ended] = self.agent.q_values(next_obs[ended]).max(dim=1).values.cpu().numpy()
+            final_q = self.agent.q_values(next_obs[ended], self.acting)
+            r["next_q_max"][t, ended] = final_q.max(dim=1).values.cpu().numpy()
         self._open = ~ended
         self.t += 1
         return t * n + np.arange(n, dtype=np.int64)
@@ -143,7 +170,9 @@ class PQNLearner:
     def learn(self, state: TrainState, agent_steps: int, report: Callable[[dict[str, float]], None]) -> None:
         """Once the rollout holds ``T`` complete vector steps: its `lambda_returns`, then
         ``epochs × minibatches`` updates (counted in ``state.updates``; their mean metrics to
-        ``report``), and a new rollout. Otherwise nothing."""
+        ``report``), and a new rollout. Otherwise nothing. With ``overlap_update`` the updates run
+        on the update thread (the previous rollout's are waited for first, their metrics reported
+        and the acting copy synced)."""
         c = self.config
         if self.t < c.rollout_steps or self._open is not None:
             return
@@ -153,18 +182,45 @@ class PQNLearner:
                                  torch.from_numpy(r["truncated"]), torch.from_numpy(r["next_q_max"]),
                                  c.gamma, c.q_lambda)
         self.agent.set_learning_rate(self.schedules.learning_rate(state.step))
-        metrics = self.agent.update(r["obs"], r["actions"], returns, epochs=c.epochs, minibatches=c.minibatches,
-                                    generator=self.shuffle)
-        report(metrics)
         state.updates += c.epochs * c.minibatches
         self.t = 0
+        rollout_sps = c.rollout_steps * c.num_envs / max(collected - self._collect_start, 1e-9)
+        if self._executor is None:
+            report(self._update(r, returns))
+            self._note(float(returns.mean()), collected, rollout_sps)
+            return
+        previous = self._finish()
+        if previous is not None:
+            report(previous)
+        self.acting.load_state_dict(self.agent.online.state_dict())
+        self.rollout, self._learning = self._learning, self.rollout  # the next rollout fills the other
+        self._pending = (self._executor.submit(self._update, self._learning, returns), float(returns.mean()),
+                         collected)
+        self._scalars["pqn/rollout_sps"] = rollout_sps
+        self._collect_start = time.perf_counter()
+
+    def _update(self, rollout: dict[str, np.ndarray], returns: torch.Tensor) -> dict[str, float]:
+        """The epochs of one rollout (`PQNAgent.update`); its mean metrics."""
+        return self.agent.update(rollout["obs"], rollout["actions"], returns, epochs=self.config.epochs,
+                                 minibatches=self.config.minibatches, generator=self.shuffle)
+
+    def _note(self, return_mean: float, started: float, rollout_sps: float | None = None) -> None:
+        """The last learned rollout's scalars; the next rollout's collection starts now."""
         done = time.perf_counter()
-        self._scalars = {
-            "pqn/lambda_return_mean": float(returns.mean()),
-            "pqn/update_seconds": done - collected,
-            "pqn/rollout_sps": c.rollout_steps * c.num_envs / max(collected - self._collect_start, 1e-9),
-        }
-        self._collect_start = done
+        self._scalars.update({"pqn/lambda_return_mean": return_mean, "pqn/update_seconds": done - started})
+        if rollout_sps is not None:
+            self._scalars["pqn/rollout_sps"] = rollout_sps
+            self._collect_start = done
+
+    def _finish(self) -> dict[str, float] | None:
+        """Wait for the update in flight (if any); its metrics."""
+        if self._pending is None:
+            return None
+        future, return_mean, started = self._pending
+        self._pending = None
+        metrics = future.result()
+        self._note(return_mean, started)
+        return metrics
 
     def scalars(self, step: int) -> dict[str, float]:
         """``charts/learning_rate`` and, once a rollout was learned from, the last one's
@@ -174,9 +230,12 @@ class PQNLearner:
 
     # -- checkpoints --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The agent's state (``online``, ``optimizer``, ``rng``: network, RAdam, ε generator), the
-        shuffle generator and the rollout so far (as tensors)."""
-        return {**self.agent.state_dict(), "shuffle": self.shuffle.bit_generator.state, "t": self.t,
+        """The agent's state (``online``, ``optimizer``, ``rng``: network, RAdam, ε generator; its
+        update in flight done first), the acting copy (``overlap_update``), the shuffle generator
+        and the rollout so far (as tensors)."""
+        self._finish()
+        acting = {} if self.acting is None else {"acting": self.acting.state_dict()}
+        return {**self.agent.state_dict(), **acting, "shuffle": self.shuffle.bit_generator.state, "t": self.t,
                 "rollout": {name: torch.from_numpy(array.copy()) for name, array in self.rollout.items()}}
 
     def replay(self) -> None:
@@ -184,4 +243,6 @@ class PQNLearner:
         return None
 
     def close(self) -> None:
-        """Nothing to stop."""
+        """Stop the update thread (``overlap_update``) once its update is done."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
