@@ -329,16 +329,16 @@ def _train(argv: list[str] | None) -> int:
         summary = trainer.run()
     except Interrupted as stop:
         print(f"stopped by {signal.Signals(stop.signum).name} at agent step {trainer.core.state.step}; checkpoint: "
-              f"{stop.checkpoint_path}\nresume with: python scripts/train.py --resume {trainer.run_dir}",
+              f"{stop.checkpoint_path}\nresume with: python scripts/train.py --resume {trainer.core.run_dir}",
               file=sys.stderr)
         return stop.exit_code
     except KeyboardInterrupt:
-        latest = trainer.run_dir / "checkpoints" / "latest.pt"
+        latest = trainer.core.run_dir / "checkpoints" / "latest.pt"
         where = f"the last checkpoint is {latest}" if latest.exists() else "no checkpoint was written yet"
         print(f"stopped at once at agent step {trainer.core.state.step}; {where}", file=sys.stderr)
         return 130
     except (WorkerError, NonFiniteError, checkpoint.CheckpointError) as err:
-        kept = trainer.run_dir / "checkpoints" / "latest.pt"
+        kept = trainer.core.run_dir / "checkpoints" / "latest.pt"
         print(f"{PROG}: error: {err}\nlast checkpoint: {kept if kept.exists() else 'none written yet'}",
               file=sys.stderr)
         return 1

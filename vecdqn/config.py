@@ -387,6 +387,9 @@ def _check_relations(c: Config) -> None:
             f"--screen-size {c.screen_size} is too small for the Nature-DQN torso (8×8/4, 4×4/2, 3×3/1 "
             f"convolutions); use at least {MIN_SCREEN_SIZE}"
         )
+    if c.run_name and len(c.run_name.encode()) > 255:
+        raise ValueError(f"--run-name of {len(c.run_name.encode())} bytes is too long for a folder name; use at most "
+                         "255 bytes")
     if c.run_name and (
         c.run_name in (".", "..") or "/" in c.run_name or "\\" in c.run_name
     ):

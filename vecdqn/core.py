@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import random
 import signal
 import time
@@ -51,7 +52,7 @@ from vecdqn.metrics import MetricsLogger
 from vecdqn.pqn import PQNLearner
 from vecdqn.preflight import preflight
 from vecdqn.resume import Resumed
-from vecdqn.staging import select_device
+from vecdqn.run_dir import claim
 from vecdqn.train_state import TrainState
 from vecdqn.video import video_for_tensorboard
 
@@ -226,15 +227,15 @@ class TrainingCore:
 
     def __init__(self, config: Config, run_dir: Path, *, progress: bool = True, resume: Resumed | None = None,
                  handle_signals: bool = True, on_step: Callable[[], None] | None = None):
-        preflight(config, resuming=resume is not None)
+        self.device = preflight(config, resuming=resume is not None)
         self.config, self.run_dir, self.progress = config, Path(run_dir), progress
         self.resume, self.on_step = resume, on_step
-        self.device = select_device(config.device)
         self.state = resume.state if resume is not None else TrainState.new(config)
         self.learner: Learner | None = None
         self.failure_checkpoint: Path | None = None
         self.stop = StopSignals(handle_signals, say=self.say)
         self._logger: MetricsLogger | None = None
+        self._lock: int | None = None  # the run folder's lock (`vecdqn.run_dir.claim`)
         self._clock: dict[str, Any] = {}
 
     def say(self, message: str) -> None:
@@ -246,13 +247,18 @@ class TrainingCore:
 
     # -- set-up --------------------------------------------------------------------------------------
     def start(self, threads: int) -> None:
-        """Torch threads, the seeds, the run folder and its ``config.json``."""
+        """Torch threads, the seeds, the run folder (this process's: `vecdqn.run_dir.claim`) and its
+        ``config.json``.
+
+        Raises:
+            ConfigError: the run folder is another process's, or (a new run) already holds a run.
+        """
         c = self.config
+        self.run_dir, self._lock = claim(self.run_dir, new=self.resume is None, chosen=bool(c.run_name))
         torch.set_num_threads(threads)
         random.seed(c.seed)
         np.random.seed(c.seed % 2**32)
         torch.manual_seed(c.seed)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         checkpoint.remove_stale(self.run_dir / "checkpoints")
         # On resume too: the file then shows the settings the run continues with.
         (self.run_dir / "config.json").write_text(c.to_json())
@@ -373,6 +379,9 @@ class TrainingCore:
                 collector.collect()
                 self._after_collect(collector)
             latest = self.save_checkpoint("latest.pt", collector)
+            if c.keep_checkpoints and s.next_checkpoint <= s.step:  # as a longer run would keep it
+                s.next_checkpoint += c.checkpoint_every
+                self.save_checkpoint(f"step_{s.step:09d}.pt")
         except WorkerError:
             # The envs cannot be snapshotted any more; a resume from this checkpoint restarts the
             # games but keeps the networks, optimizer, counters and schedules.
@@ -445,11 +454,14 @@ class TrainingCore:
         )
 
     def close(self) -> None:
-        """Close the logger and the learner (whichever were set up)."""
+        """Close the logger and the learner (whichever were set up), and let go of the run folder."""
         if self._logger is not None:
             self._logger.close()
         if self.learner is not None:
             self.learner.close()
+        if self._lock is not None:
+            os.close(self._lock)  # releases the folder's lock
+            self._lock = None
 
 
 def evaluate_and_log(network: torch.nn.Module, c: Config, step: int, device: torch.device,

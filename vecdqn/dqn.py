@@ -131,10 +131,11 @@ class DQNLearner:
             self.agent.sync_target()
 
     def scalars(self, step: int) -> dict[str, float]:
-        """``charts/beta``, ``charts/learning_rate``, ``replay/size``, ``replay/priority_max``."""
+        """``charts/beta``, ``charts/learning_rate`` (the schedule's at ``step``: what an update at
+        ``step`` uses, also before updates resume), ``replay/size``, ``replay/priority_max``."""
         return {
             "charts/beta": self.schedules.beta(step),
-            "charts/learning_rate": self.agent.learning_rate,
+            "charts/learning_rate": self.schedules.learning_rate(step),
             "replay/size": len(self.buffer),
             "replay/priority_max": float(self.buffer.max_priority),
         }

@@ -70,35 +70,21 @@ class MetricsLogger:
         self._last_time = time.perf_counter()
         self._last_step = initial_step
         self._step = initial_step
-        self.bar = self._new_bar(initial_step, warm_up=True)
-
-    def _new_bar(self, step: int, *, warm_up: bool) -> tqdm:
-        """The progress bar. During the warm-up (random play before the first update) it shows no
-        ETA: the warm-up's rate says nothing of the rate once the learner runs."""
-        # Redraw at most every 0.5 s on a terminal; in a log file (no TTY) every 30 s, so the
-        # file stays readable.
+        self._phase = "warm-up"  # shown until the first update
+        # Redraw at most every 0.5 s on a terminal; in a log file (no TTY) every 30 s, so the file
+        # stays readable. One bar from start to end: its rate is smoothed (an exponential moving
+        # average), so the ETA follows the learner's rate soon after the warm-up ends.
         interactive = sys.stderr.isatty()
-        bar_format = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix}, warm-up]" if warm_up else None
-        return tqdm(total=self._total_steps, initial=step, unit="step", dynamic_ncols=True, disable=not self._show,
-                    smoothing=0.05, mininterval=0.5 if interactive else 30.0, bar_format=bar_format)
+        self.bar = tqdm(total=total_steps, initial=initial_step, unit="step", dynamic_ncols=interactive,
+                        ncols=None if interactive else 100, disable=not progress, smoothing=0.05,
+                        mininterval=0.5 if interactive else 30.0)
+        self.bar.set_postfix_str(self._phase, refresh=False)
 
     def learning_started(self, step: int) -> None:
-        """The learner's first update happened: from now on the bar's rate, elapsed time and
-        ETA count only agent steps with learning (the same bar goes on, without "warm-up")."""
+        """The learner's first update happened: the bar drops its "warm-up" mark (the same bar
+        goes on)."""
+        self._phase = ""
         self.progress(step)
-        bar = self.bar
-        # reset() starts the elapsed time, the rate and its smoothing again, but sets the count to
-        # 0 and draws that: a "0/total" line with a meaningless rate in a log file. So it draws
-        # nothing here (an instance attribute shadows the method until deleted), and the bar is
-        # drawn once the count is put back.
-        bar.refresh = lambda *args, **kwargs: None
-        try:
-            bar.reset()
-        finally:
-            del bar.refresh
-        bar.n = bar.initial = bar.last_print_n = step
-        bar.bar_format = None
-        bar.refresh()
 
     def _write_config(self, config: Mapping[str, Any]) -> None:
         table = "|option|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in config.items())
@@ -164,10 +150,12 @@ class MetricsLogger:
     def progress(self, step: int, mean_return: float = math.nan, games: int = 0) -> None:
         """Advance the bar to ``step``; once there are ``games`` (whole games so far), its
         postfix shows them and ``mean_return``, the recent mean raw return."""
-        self.bar.update(step - self._step)
-        self._step = step
         if games:
             self.bar.set_postfix(ret=f"{mean_return:.2f}", games=games, refresh=False)
+            if self._phase:
+                self.bar.postfix += f", {self._phase}"
+        self.bar.update(step - self._step)
+        self._step = step
 
     def write(self, message: str) -> None:
         """Print a line without breaking the bar."""

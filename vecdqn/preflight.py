@@ -50,9 +50,12 @@ def available_memory_bytes() -> int | None:
         return None
 
 
-def preflight(config: Config, *, resuming: bool = False) -> None:
+def preflight(config: Config, *, resuming: bool = False) -> torch.device:
     """Every check that needs no env worker: values, ``--track``'s package, env id, log folder,
     replay memory.
+
+    Returns:
+        the learner's device, chosen here once (`vecdqn.staging.select_device`).
 
     Raises:
         ConfigError: one line naming the bad value and what to change.
@@ -65,7 +68,8 @@ def preflight(config: Config, *, resuming: bool = False) -> None:
     try:
         config.validate()
         check_env_options(config.env_id, config.env_options())
-        check_amp(select_device(config.device), config.amp)
+        device = select_device(config.device)
+        check_amp(device, config.amp)
         if config.replay_device:
             check_replay_device(replay_frame_bytes(config), select_device(config.replay_device, "--replay-device"))
     except ValueError as err:
@@ -75,6 +79,7 @@ def preflight(config: Config, *, resuming: bool = False) -> None:
     check_worker_limits(config)
     check_memory(config)
     check_disk(config, n_actions)
+    return device
 
 
 def check_env_starts(config: Config) -> int:
@@ -107,6 +112,9 @@ def check_env_starts(config: Config) -> int:
 def check_log_dir(config: Config, *, resuming: bool) -> None:
     """The run folder is new (unless resuming) and ``--log-dir`` is writable."""
     log_dir = Path(config.log_dir)
+    if config.run_name and (log_dir / config.run_name).exists() and not (log_dir / config.run_name).is_dir():
+        raise ConfigError(f"--run-name {config.run_name}: {log_dir / config.run_name} is a file, not a run folder; "
+                          "choose another --run-name")
     if not resuming and config.run_name and (log_dir / config.run_name / "config.json").exists():
         raise ConfigError(
             f"--run-name {config.run_name}: {log_dir / config.run_name} already holds a run; continue it with "

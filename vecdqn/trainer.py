@@ -39,7 +39,6 @@ with a message naming the cause, after keeping the last good checkpoint.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -51,17 +50,10 @@ from vecdqn.config import Config
 from vecdqn.core import TrainingCore
 from vecdqn.envs import WorkerGuard
 from vecdqn.resume import Resumed, resume
+from vecdqn.run_dir import run_name
 from vecdqn.staging import default_torch_threads
 
-__all__ = ["Trainer", "TrainerBase", "VectorCollector", "run_name"]
-
-
-def run_name(config: Config, now: float | None = None) -> str:
-    """``<env_id>__<seed>__<unix time>`` with ``/`` in the env id replaced by ``-``."""
-    if config.run_name:
-        return config.run_name
-    stamp = int(now if now is not None else time.time())
-    return f"{config.env_id.replace('/', '-')}__{config.seed}__{stamp}"
+__all__ = ["Trainer", "TrainerBase", "VectorCollector"]
 
 
 class VectorCollector:
@@ -121,8 +113,8 @@ class VectorCollector:
 
 
 class TrainerBase:
-    """What every trainer is: one `TrainingCore` (``core``: its ``state``, ``learner``, ``stop``)
-    and a collector that its ``run`` builds.
+    """What every trainer is: one `TrainingCore` (``core``: its ``run_dir``, ``state``, ``learner``,
+    ``stop``) and a collector that its ``run`` builds.
 
     Args:
         config: the run's configuration (with ``resume``: its ``config``, which this must be).
@@ -142,7 +134,7 @@ class TrainerBase:
         run_dir = resume.run_dir if resume is not None else Path(config.log_dir) / run_name(config)
         self.core = TrainingCore(config, run_dir, progress=progress, resume=resume, handle_signals=handle_signals,
                                  on_step=None if on_step is None else lambda: on_step(self))
-        self.config, self.run_dir = config, run_dir
+        self.config = config
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike[str], overrides: dict[str, Any] | None = None,

@@ -176,6 +176,7 @@ class DistributedTrainer(TrainerBase):
                                      prioritize=c.per)
                 self.pool = ActorPool(c, n_actions, obs_shape, seed=c.seed + core.state.step,
                                       on_restart=ingest.end_stream, log=core.say)
+                self.pool.wait_started(timeout=max(120.0, c.worker_timeout))
                 core.say(f"{c.actors} actors x {c.actor_envs} envs, epsilons "
                          + ", ".join(f"{e:.3g}" for e in self.pool.epsilons))
                 summary = core.run(BlockCollector(core, self.pool, ingest))

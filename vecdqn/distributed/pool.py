@@ -177,8 +177,28 @@ class ActorPool:
         self.on_restart(actor)
 
     def pids(self, timeout: float = 30.0) -> list[int]:
-        """Each actor's process id."""
+        """Each actor's process id (waiting, up to ``timeout`` seconds, for each to have started)."""
         return ray.get([handle.pid.remote() for handle in self.handles], timeout=timeout)
+
+    def wait_started(self, timeout: float) -> None:
+        """Wait until every actor has started (its envs made and reset), so that no actor's games
+        reach the replay before another's could: a run's first blocks then come from all actors,
+        however slowly a cold machine starts their processes.
+
+        Raises:
+            WorkerError: naming the actors that did not start within ``timeout`` seconds, or the
+                first line of the error one raised while starting.
+        """
+        refs = [handle.pid.remote() for handle in self.handles]
+        ready, waiting = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        if waiting:
+            late = ", ".join(str(refs.index(ref)) for ref in waiting)
+            raise WorkerError(f"actor {late} of {len(refs)} did not start within {timeout:.0f} s (its env workers "
+                              f"for {self.config.env_id}); see the run's log for Ray's messages")
+        try:
+            ray.get(ready)
+        except RayActorError as err:
+            raise WorkerError(f"an actor failed to start: {first_line(err)}") from None
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop the actors' env workers politely (up to ``timeout`` seconds), then the actors."""

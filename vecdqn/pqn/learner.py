@@ -226,7 +226,7 @@ class PQNLearner:
         """``charts/learning_rate`` and, once a rollout was learned from, the last one's
         ``pqn/lambda_return_mean``, ``pqn/update_seconds`` (its epochs, in seconds) and
         ``pqn/rollout_sps`` (agent steps per second while it was collected)."""
-        return {"charts/learning_rate": self.agent.learning_rate, **self._scalars}
+        return {"charts/learning_rate": self.schedules.learning_rate(step), **self._scalars}
 
     # -- checkpoints --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

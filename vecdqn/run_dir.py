@@ -1,0 +1,59 @@
+"""The run folder: its default name, and making it one process's for as long as that lives."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from pathlib import Path
+
+from vecdqn.config import Config
+from vecdqn.preflight import ConfigError
+
+__all__ = ["claim", "run_name"]
+
+
+def run_name(config: Config, now: float | None = None) -> str:
+    """``--run-name``, or ``<env_id>__<seed>__<unix time>`` with ``/`` in the env id replaced by ``-``."""
+    if config.run_name:
+        return config.run_name
+    stamp = int(now if now is not None else time.time())
+    return f"{config.env_id.replace('/', '-')}__{config.seed}__{stamp}"
+
+
+def claim(run_dir: Path, *, new: bool, chosen: bool) -> tuple[Path, int]:
+    """Make ``run_dir`` this process's: an exclusive lock on its ``.lock`` file, which the kernel
+    releases however the process ends. A new run whose name was not chosen (no ``--run-name``)
+    and whose folder is taken (a run started in the same second) moves to ``<name>-2``,
+    ``<name>-3``, ...
+
+    Args:
+        run_dir: the run folder (made if missing).
+        new: a new run, whose folder must hold none yet (else a resumed one).
+        chosen: its name was given (``--run-name``, or the folder of ``--resume``).
+
+    Returns:
+        ``(the run folder, the lock's file descriptor)``: keep it open while the run lasts.
+
+    Raises:
+        ConfigError: the folder is another process's, or (a new run) already holds a run.
+    """
+    base, suffix = Path(run_dir), 1
+    while True:
+        folder = base if suffix == 1 else base.with_name(f"{base.name}-{suffix}")
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            why = "already holds a run" if new and (folder / "config.json").exists() else ""
+        except BlockingIOError:
+            why = "is in use by another process"
+        if not why:
+            return folder, fd
+        os.close(fd)
+        if chosen or not new:
+            flag = "--run-name" if new else "--resume"
+            then = ("continue it with --resume or choose another --run-name" if new and "holds" in why
+                    else "wait for that process to end" + ("" if not new else " or choose another --run-name"))
+            raise ConfigError(f"{flag} {folder}: the run folder {why}; {then}")
+        suffix += 1
