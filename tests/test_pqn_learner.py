@@ -38,8 +38,9 @@ def test_one_forward_pass_completes_a_row_and_ended_envs_bootstrap_from_their_fi
     q_final = learner.agent.q_values(final).max(dim=1).values.numpy()
     q_reset = learner.agent.q_values(reset).max(dim=1).values.numpy()
     row = learner.rollout["next_q_max"][0]
-    assert row[0] == pytest.approx(q_reset[0]) and row[1] == pytest.approx(q_final[1])
-    assert row[2] == pytest.approx(q_final[2]) and row[2] != pytest.approx(q_reset[2])
+    close = {"rel": 1e-4, "abs": 1e-6}  # a batch of another size rounds in other places
+    assert row[0] == pytest.approx(q_reset[0], **close) and row[1] == pytest.approx(q_final[1], **close)
+    assert row[2] == pytest.approx(q_final[2], **close) and row[2] != pytest.approx(q_reset[2], **close)
 
 
 def test_learn_waits_for_a_full_rollout_then_counts_its_updates(tmp_path):

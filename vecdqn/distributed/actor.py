@@ -35,7 +35,7 @@ def apex_epsilons(actors: int, epsilon: float = 0.4, alpha: float = 7.0) -> list
     for one actor.
 
     >>> [round(e, 4) for e in apex_epsilons(3)]
-    [0.4, 0.0256, 0.0016]
+    [0.4, 0.0162, 0.0007]
     """
     if actors == 1:
         return [float(epsilon)]
