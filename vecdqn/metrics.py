@@ -8,8 +8,9 @@ score, length in emulator frames), ``charts/epsilon``, ``charts/beta``, ``charts
 ``charts/SPS`` (agent steps per second), ``losses/td_loss``, ``losses/q_values``,
 ``replay/size``, ``replay/priority_max``. Every scalar's global step is the agent step.
 
-With ``--track`` the run also goes to Weights & Biases through wandb's own TensorBoard sync
-(`vecdqn.tracking`), started here right before the writer is created.
+With ``--track`` every scalar and video written here also goes to the run's Weights & Biases
+run, at the same agent step (`vecdqn.tracking.Tracker`), started here right before the writer is
+created.
 """
 
 from __future__ import annotations
@@ -56,8 +57,9 @@ class MetricsLogger:
         initial_step: int = 0,
         progress: bool = True,
     ):
-        # --track: wandb's TensorBoard sync must patch the writer class before the writer exists.
-        self.tracking = tracking.start(run_dir, config) if config.get("track") else None
+        # --track: on resume, the W&B run first takes what it lacks from the event files as they
+        # are, before this run's writer supersedes the steps after the checkpoint's.
+        self.tracking = tracking.start(run_dir, config, resume_step=initial_step) if config.get("track") else None
         # On resume, events a killed process wrote after the checkpoint's step are dropped, so
         # every curve has one value per step (the resumed run writes those steps again).
         self.writer = SummaryWriter(run_dir, purge_step=initial_step + 1 if initial_step else None)
@@ -111,8 +113,7 @@ class MetricsLogger:
     def episode(self, step: int, episodic_return: float, length: float) -> None:
         """Write one finished game at its own agent step: raw return and length in emulator
         frames (``charts/episodic_return``, ``charts/episodic_length``)."""
-        self.writer.add_scalar("charts/episodic_return", episodic_return, step)
-        self.writer.add_scalar("charts/episodic_length", length, step)
+        self._write(step, {"charts/episodic_return": episodic_return, "charts/episodic_length": length})
 
     def losses(self, metrics: Mapping[str, float]) -> None:
         """Add one update's ``td_loss`` and ``q_values`` to the means `flush_losses` writes."""
@@ -134,10 +135,16 @@ class MetricsLogger:
         writer's two minutes later: they are rare, and what a watcher acts on (``scripts/tune.py``
         reports each one to its pruner while the run goes on).
         """
-        for tag, value in values.items():
-            self.writer.add_scalar(tag, value, step)
+        self._write(step, values)
         if any(tag.startswith("eval/") for tag in values):
             self.writer.flush()
+
+    def _write(self, step: int, values: Mapping[str, float]) -> None:
+        """Every scalar goes through here: to TensorBoard and, with ``--track``, to W&B."""
+        for tag, value in values.items():
+            self.writer.add_scalar(tag, value, step)
+        if self.tracking is not None:
+            self.tracking.scalars(step, values)
 
     def video(self, tag: str, clip: np.ndarray, step: int, fps: float = 15.0) -> None:
         """Write a clip as an animated GIF (`vecdqn.video.encode_gif`), the encoding TensorBoard's
@@ -150,22 +157,29 @@ class MetricsLogger:
         """
         frames = np.asarray(clip, dtype=np.uint8)[0].transpose(0, 2, 3, 1)
         _, h, w, _ = frames.shape
-        image = Summary.Image(height=h, width=w, colorspace=3, encoded_image_string=encode_gif(frames, fps))
+        gif = encode_gif(frames, fps)
+        image = Summary.Image(height=h, width=w, colorspace=3, encoded_image_string=gif)
         self.writer.file_writer.add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
+        if self.tracking is not None:
+            self.tracking.image(tag, gif, step)
 
     def sps(self, step: int) -> float:
         """Agent steps per second since the previous call; writes ``charts/SPS``."""
         now = time.perf_counter()
         rate = (step - self._last_step) / max(now - self._last_time, 1e-9)
         self._last_time, self._last_step = now, step
-        self.writer.add_scalar("charts/SPS", rate, step)
+        self._write(step, {"charts/SPS": rate})
         return rate
 
     def progress(self, step: int, mean_return: float = math.nan, games: int = 0) -> None:
         """Advance the bar to ``step``; once there are ``games`` (whole games so far), its
-        postfix shows them and ``mean_return``, the recent mean raw return."""
+        postfix shows them and ``mean_return``, the recent mean raw return. With ``--track``, the
+        values of the steps before ``step`` go to W&B (`vecdqn.tracking.Tracker.reached`): nothing
+        is written at those steps afterwards."""
         self.bar.update(step - self._step)
         self._step = step
+        if self.tracking is not None:
+            self.tracking.reached(step)
         if games:
             self.bar.set_postfix(ret=f"{mean_return:.2f}", games=games, refresh=False)
 
@@ -177,7 +191,7 @@ class MetricsLogger:
         self.bar.close()
         self.writer.flush()
         self.writer.close()
-        if self.tracking is not None:  # after the writer: wandb reads its last events first
+        if self.tracking is not None:
             self.tracking.finish()
             self.tracking = None
 
