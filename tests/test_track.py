@@ -276,3 +276,43 @@ def test_online_resume_sends_what_the_server_lacks_and_no_step_twice(tmp_path, m
     assert [data["charts/epsilon"] for step, data in fake.logged if step > 800] == (
         [-900, -1_000, -1_100, -1_200] if server_step == 500 else [-1_100, -1_200])
     assert (run_dir / tracking.STEP_FILE).read_text() == "1200\n"
+
+
+@pytest.mark.parametrize("project, found", [("myteam/catch", "/"), pytest.param("a" * 129, "129 characters", id="129"),
+                                            ("run:1", ":"), ("what?#", "(found # ?)")])
+def test_a_project_name_wandb_refuses_is_one_line_before_anything_starts(tmp_path, capsys, project, found):
+    pytest.importorskip("wandb")
+    logs = tmp_path / "runs"
+    code = cli.main([*CATCH, "--total-steps", "600", "--track", "--wandb-project", project, "--log-dir", str(logs),
+                     "--run-name", "run_a"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"train.py: error: --wandb-project {project[:20]}") and found in err, err
+    assert not logs.exists()  # no run folder to block the corrected command
+
+
+def test_a_project_name_with_an_entity_says_how_to_give_both(capsys):
+    pytest.importorskip("wandb")
+    assert cli.main([*CATCH, "--track", "--wandb-project", "myteam/catch"]) == 2
+    assert capsys.readouterr().err.strip().endswith("give --wandb-entity myteam --wandb-project catch")
+
+
+@pytest.mark.parametrize("project", ["vecdqn", pytest.param("a" * 128, id="128"), pytest.param("a" * 129, id="129"),
+                                     "team/p", "back\\slash", "hash#", "q?",
+                                     "per%cent", "co:lon", "dots.and-dashes_ok", "spaces are fine", "ünïcödé"])
+def test_the_project_name_rule_is_wandbs_own(project):
+    """`check_wandb_names` refuses exactly what the installed wandb's settings refuse."""
+    wandb = pytest.importorskip("wandb")
+    from vecdqn.tracking import check_wandb_names
+
+    try:
+        wandb.Settings(project=project)
+        refused_by_wandb = False
+    except Exception:
+        refused_by_wandb = True
+    try:
+        check_wandb_names({"wandb_project": project})
+        refused = False
+    except ValueError:
+        refused = True
+    assert refused == refused_by_wandb

@@ -39,7 +39,8 @@ from typing import Any
 
 from vecdqn.extras import require
 
-__all__ = ["RUN_ID_FILE", "STEP_FILE", "WANDB_MISSING", "Tracker", "require_wandb", "start"]
+__all__ = ["PROJECT_FORBIDDEN", "PROJECT_MAX_LENGTH", "RUN_ID_FILE", "STEP_FILE", "WANDB_MISSING", "Tracker",
+           "check_wandb_names", "require_wandb", "start"]
 
 WANDB_MISSING = 'the wandb package is not installed; --track needs it: pip install -e ".[track]"'
 
@@ -48,10 +49,38 @@ RUN_ID_FILE = "wandb_run_id"
 # The run folder's file holding the last agent step a cleanly finished part sent to the W&B run.
 STEP_FILE = "wandb_step"
 
+# W&B's rule for project names (wandb.sdk.wandb_settings.Settings.validate_project, wandb 0.31);
+# entities and groups have none on the client side.
+PROJECT_FORBIDDEN = "/\\#?%:"
+PROJECT_MAX_LENGTH = 128
+
+
 def require_wandb() -> None:
     """Raise ``ImportError(WANDB_MISSING)`` when wandb cannot be imported (checked without
     importing it: the check runs before any env worker starts)."""
     require("wandb", WANDB_MISSING)
+
+
+def check_wandb_names(config: Mapping[str, Any]) -> None:
+    """Refuse a ``wandb_project`` that W&B refuses, before anything starts (without importing wandb).
+    ``wandb_entity`` and ``wandb_group`` pass: W&B's client has no rule for them.
+
+    Raises:
+        ValueError: one line naming ``--wandb-project``, its value and what W&B allows: at most
+            `PROJECT_MAX_LENGTH` characters, none of `PROJECT_FORBIDDEN`.
+    """
+    project = config.get("wandb_project") or ""
+    found = "".join(sorted({c for c in project if c in PROJECT_FORBIDDEN}, key=PROJECT_FORBIDDEN.index))
+    if found:
+        hint = ""
+        if found == "/" and project.count("/") == 1 and all(project.split("/")):
+            entity, name = project.split("/")
+            hint = f"; for project {name} of entity {entity}, give --wandb-entity {entity} --wandb-project {name}"
+        raise ValueError(f"--wandb-project {project}: a W&B project name may not contain any of "
+                         f"{' '.join(PROJECT_FORBIDDEN)} (found {' '.join(found)}){hint}")
+    if len(project) > PROJECT_MAX_LENGTH:
+        raise ValueError(f"--wandb-project {project[:20]}... ({len(project)} characters): a W&B project name has at "
+                         f"most {PROJECT_MAX_LENGTH} characters")
 
 
 def run_id(run_dir: str | os.PathLike[str]) -> str | None:
