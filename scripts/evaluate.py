@@ -14,13 +14,19 @@ its ``checkpoints/latest.pt`` if present, else ``checkpoints/final.pt``.
 
 ``--every-checkpoint`` evaluates each checkpoint a run kept (``--keep-checkpoints``) instead,
 with the seed the run's own periodic evaluation would have used at that agent step, prints one
-row per checkpoint and writes the results into the run folder's TensorBoard at the checkpoints'
-steps and save times, where ``scripts/plot.py`` reads them. A timed run can so train without
-stopping for evaluations (``--eval-every 0``) and still show its evaluation curve::
+row per checkpoint and writes the results at the checkpoints' steps and save times into the run
+folder's subfolder ``checkpoint-evals/``: TensorBoard shows it as a run of its own, and
+``scripts/plot.py`` reads it with the run. A timed run can so train without stopping for
+evaluations (``--eval-every 0``) and still show its evaluation curve::
 
     python scripts/evaluate.py runs/pong_s1 --every-checkpoint --episodes 10
 
-Exit codes: 0 done; 2 bad input (one line on stderr); 130 interrupted.
+The results are written when every checkpoint is done, merged with earlier ones (this
+evaluation's steps replace theirs): an interrupted evaluation writes none and leaves the earlier
+ones as they were. The run's own event files are never touched, so it may still be training. One
+evaluation of a run at a time: a second one is refused (exit 2) while the first runs.
+
+Exit codes: 0 done; 2 bad input or a second evaluation of a run (one line on stderr); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ import torch  # noqa: E402
 from vecdqn.checkpoint import CheckpointError, Policy, kept_checkpoints, load_policy  # noqa: E402
 from vecdqn.cli import OneLineErrorParser, UsageError, check_output_path, exit_code  # noqa: E402
 from vecdqn.evaluation import EvalResult, evaluate, periodic_eval_seed  # noqa: E402
-from vecdqn.metrics import EvalLog  # noqa: E402
+from vecdqn.metrics import EvalLog, EvaluationRunning  # noqa: E402
 from vecdqn.scores import HUMAN_RANDOM_SCORES  # noqa: E402
 from vecdqn.staging import select_device  # noqa: E402
 
@@ -114,8 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="evaluate every checkpoint a run folder kept (checkpoints/step_<agent step>.pt, "
         "--keep-checkpoints), each with the seed of the run's periodic evaluation at that step "
-        "unless --seed is given; one row per checkpoint, and the results go into the run's "
-        "TensorBoard (replacing an earlier --every-checkpoint's)",
+        "unless --seed is given; one row per checkpoint. Once all are done, the results go into "
+        "the run folder's checkpoint-evals/ (a TensorBoard run of its own; scripts/plot.py reads "
+        "it with the run), replacing an earlier --every-checkpoint's at the same steps; an "
+        "interrupted evaluation writes none there. One evaluation of a run at a time",
     )
     parser.add_argument(
         "--device", default="auto", help="torch device: auto (cuda when available), cpu, cuda"
@@ -214,9 +222,11 @@ def format_table(result: EvalResult, policy: Policy) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit codes: 0 done; 2 bad input (an option, the checkpoint, an output path), one line on
-    stderr before any game is played; 130 interrupted."""
-    return exit_code(PROG, lambda: _evaluate(argv), bad_input=(CheckpointError, ValueError, OSError, gym.error.Error))
+    """Exit codes: 0 done; 2 bad input (an option, the checkpoint, an output path) or, with
+    --every-checkpoint, another evaluation of the run running, one line on stderr before any game
+    is played; 130 interrupted."""
+    return exit_code(PROG, lambda: _evaluate(argv),
+                     bad_input=(CheckpointError, EvaluationRunning, ValueError, OSError, gym.error.Error))
 
 
 def _evaluate(argv: list[str] | None) -> None:
@@ -261,31 +271,41 @@ ROW = "{:>12}  {:>19}  {:>15}  {:>7}  {:>7}  {:>7}  {:>7}"
 
 
 def _evaluate_every_checkpoint(args: argparse.Namespace, device: torch.device) -> None:
-    """One evaluation per kept checkpoint, oldest first; a row printed and logged after each."""
+    """One evaluation per kept checkpoint, oldest first, a row printed after each; the results
+    go into the run's ``checkpoint-evals/`` once all are done (`EvalLog`).
+
+    Raises:
+        CheckpointError: the run kept no checkpoints, or one of them is unreadable (before any game).
+        EvaluationRunning: another evaluation of the run is running (before any game).
+    """
     kept = kept_checkpoints(args.checkpoint)
     if not kept:
         raise CheckpointError(f"{args.checkpoint} kept no checkpoints (checkpoints/step_<agent step>.pt): train with "
                               "--keep-checkpoints and --checkpoint-every N")
-    for _, path in kept:  # every file checked before the first game (and before the old results go)
+    for _, path in kept:  # every file checked before the first game
         load_policy(path)
-    print(ROW.format("agent step", "saved", "mean ± std", "median", "min", "max", "HNS"))
-    records, log = [], EvalLog(args.checkpoint)
-    try:
-        for step, path in kept:
-            policy = load_policy(path, device)
-            seed = periodic_eval_seed(policy.config.seed, step) if args.seed is None else args.seed
-            result = _play(policy, args, seed, device)
-            s = result.stats
-            log.add(step, result.scalars, wall_time=policy.saved_at)
-            saved = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(policy.saved_at))
-            hns = f"{result.hns:.3f}" if result.hns is not None else "n/a"
-            print(ROW.format(f"{step:,}", saved, f"{s['mean']:.2f} ± {s['std']:.2f}", f"{s['median']:g}",
-                             f"{s['min']:g}", f"{s['max']:g}", hns), flush=True)
-            records.append(_record(policy, result))
-            if args.json is not None:  # rewritten after each checkpoint: an interrupt keeps what is done
-                _write_json(args.json, records)
-    finally:
-        log.close()
+    records = []
+    with EvalLog(args.checkpoint) as log:
+        print(ROW.format("agent step", "saved", "mean ± std", "median", "min", "max", "HNS"))
+        try:
+            for step, path in kept:
+                policy = load_policy(path, device)
+                seed = periodic_eval_seed(policy.config.seed, step) if args.seed is None else args.seed
+                result = _play(policy, args, seed, device)
+                s = result.stats
+                log.add(step, result.scalars, wall_time=policy.saved_at)
+                saved = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(policy.saved_at))
+                hns = f"{result.hns:.3f}" if result.hns is not None else "n/a"
+                print(ROW.format(f"{step:,}", saved, f"{s['mean']:.2f} ± {s['std']:.2f}", f"{s['median']:g}",
+                                 f"{s['min']:g}", f"{s['max']:g}", hns), flush=True)
+                records.append(_record(policy, result))
+                if args.json is not None:  # rewritten after each checkpoint: an interrupt keeps what is done
+                    _write_json(args.json, records)
+        except KeyboardInterrupt:
+            print(f"{PROG}: {log.folder} left as it was: results go there only once every checkpoint is done",
+                  file=sys.stderr)
+            raise
+        log.save()
 
 
 if __name__ == "__main__":

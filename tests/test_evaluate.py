@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,11 +16,13 @@ import cv2
 import numpy as np
 import pytest
 from helpers import catch_config
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from torch.utils.tensorboard import SummaryWriter
 
-from vecdqn import checkpoint
+from vecdqn import checkpoint, metrics
 from vecdqn.checkpoint import load_policy
 from vecdqn.config import Config
-from vecdqn.curves import read_run
+from vecdqn.curves import CHECKPOINT_EVALS, event_files, read_run
 from vecdqn.evaluation import evaluate, periodic_eval_seed
 from vecdqn.model import QNetwork
 from vecdqn.presets import PRESETS
@@ -356,9 +359,8 @@ def test_every_checkpoint_plays_the_games_of_the_runs_own_evaluations(evaluated_
     np.testing.assert_allclose(np.diff(again.minutes) * 60, np.diff(saved), atol=1e-3)
     assert again.minutes[0] >= 0
 
-    # A second evaluation replaces the first one's file instead of adding a second series.
+    # A second evaluation replaces the first one's results instead of adding a second series.
     assert _script().main([*args, "--seed", "123"]) == 0
-    assert len(list(run_dir.glob("*.checkpoint-evals"))) == 1
     replaced = _rows(capsys.readouterr().out)
     np.testing.assert_allclose(read_run(run_dir).evals.values, list(replaced.values()), atol=0.005)
 
@@ -388,3 +390,121 @@ def test_every_checkpoint_takes_a_run_folder_not_a_file(tmp_path, capsys, save_f
     assert _script().main([str(path), "--every-checkpoint"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "run folder" in err, err
+
+
+def _copy(run_dir: Path, tmp_path: Path) -> Path:
+    """The evaluated Catch run as it was trained (no checkpoint evaluations), for one test alone."""
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns(CHECKPOINT_EVALS))
+    return copy
+
+
+def _evals(folder: Path) -> dict[int, list[float]]:
+    """``{step: [eval/return_mean values]}`` of a folder's event files, as TensorBoard reads them."""
+    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    acc.Reload()
+    out: dict[int, list[float]] = {}
+    for e in acc.Scalars("eval/return_mean") if "eval/return_mean" in acc.Tags()["scalars"] else []:
+        out.setdefault(e.step, []).append(e.value)
+    return out
+
+
+def _interrupt_on_play(script, monkeypatch, calls: int) -> None:
+    """Ctrl-C during the ``calls``-th checkpoint's games."""
+    play, played = script._play, []
+
+    def interrupted(*args, **kwargs):
+        played.append(1)
+        if len(played) == calls:
+            raise KeyboardInterrupt
+        return play(*args, **kwargs)
+
+    monkeypatch.setattr(script, "_play", interrupted)
+
+
+def test_an_interrupted_evaluation_writes_nothing_and_keeps_the_earlier_results(evaluated_catch_run, tmp_path,
+                                                                                  capsys, monkeypatch):
+    run_dir = _copy(evaluated_catch_run[0], tmp_path)
+    args = [str(run_dir), "--every-checkpoint", "--episodes", "2"]
+    # Interrupted on its second checkpoint, a first evaluation writes no results.
+    script = _script()
+    _interrupt_on_play(script, monkeypatch, calls=2)
+    assert script.main(args) == 130
+    assert "left as it was" in capsys.readouterr().err
+    assert not event_files(run_dir / CHECKPOINT_EVALS)
+
+    assert _script().main(args) == 0
+    complete = _rows(capsys.readouterr().out)
+    assert list(complete) == [200, 400, 600]
+    # A re-evaluation interrupted after its first row leaves the complete results whole.
+    script = _script()
+    _interrupt_on_play(script, monkeypatch, calls=2)
+    assert script.main([*args, "--seed", "123"]) == 130
+    assert len(_rows(capsys.readouterr().out)) == 1
+    assert _evals(run_dir / CHECKPOINT_EVALS) == {step: [pytest.approx(v, abs=0.005)] for step, v in complete.items()}
+    np.testing.assert_allclose(read_run(run_dir).evals.values, list(complete.values()), atol=0.005)
+
+
+def test_a_later_evaluation_replaces_its_steps_and_keeps_the_others(evaluated_catch_run, tmp_path, capsys):
+    """Merged with the earlier results: one value per step, also for a TensorBoard that showed
+    the earlier ones (the new file starts with a restart marker)."""
+    run_dir = _copy(evaluated_catch_run[0], tmp_path)
+    args = [str(run_dir), "--every-checkpoint", "--episodes", "2"]
+    assert _script().main(args) == 0
+    first = _rows(capsys.readouterr().out)
+    live = EventAccumulator(str(run_dir / CHECKPOINT_EVALS), size_guidance={"scalars": 0})
+    live.Reload()
+    (run_dir / "checkpoints" / "step_000000400.pt").unlink()
+    assert _script().main([*args, "--seed", "123"]) == 0
+    second = _rows(capsys.readouterr().out)
+    assert list(second) == [200, 600]
+    want = {200: second[200], 400: first[400], 600: second[600]}
+    assert _evals(run_dir / CHECKPOINT_EVALS) == {step: [pytest.approx(v, abs=0.005)] for step, v in want.items()}
+    live.Reload()
+    assert {e.step: e.value for e in live.Scalars("eval/return_mean")} == pytest.approx(want, abs=0.005)
+    assert sorted(e.step for e in live.Scalars("eval/return_mean")) == [200, 400, 600]
+    # The previous file stays for a reader on it; older ones go.
+    assert len(event_files(run_dir / CHECKPOINT_EVALS)) == 2
+    assert _script().main([*args, "--seed", "5"]) == 0
+    third = _rows(capsys.readouterr().out)
+    assert len(event_files(run_dir / CHECKPOINT_EVALS)) == 2
+    want |= third
+    assert _evals(run_dir / CHECKPOINT_EVALS) == {step: [pytest.approx(v, abs=0.005)] for step, v in want.items()}
+
+
+def test_a_second_evaluation_of_a_run_at_the_same_time_is_refused(evaluated_catch_run, tmp_path, capsys):
+    run_dir = _copy(evaluated_catch_run[0], tmp_path)
+    args = [str(run_dir), "--every-checkpoint", "--episodes", "2"]
+    first = metrics.EvalLog(run_dir)  # an evaluation under way
+    try:
+        assert _script().main(args) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.splitlines()) == 1, err
+        assert err.startswith(f"evaluate.py: error: {run_dir / CHECKPOINT_EVALS} is being written by another "
+                              f"evaluation (process {os.getpid()})"), err
+    finally:
+        first.close()
+    assert not event_files(run_dir / CHECKPOINT_EVALS)
+    assert _script().main(args) == 0  # once the first is done
+
+
+def test_evaluating_a_run_that_trains_leaves_its_event_stream_to_its_readers(evaluated_catch_run, tmp_path):
+    """A reader following the training's event file (TensorBoard, tune.py's follower) goes on
+    following it: the results go to a subfolder, a TensorBoard run of its own."""
+    run_dir = _copy(evaluated_catch_run[0], tmp_path)
+    training = SummaryWriter(str(run_dir))  # the run, still training
+    try:
+        training.add_scalar("charts/epsilon", 0.5, 1_000)
+        training.flush()
+        live = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+        live.Reload()
+        before = {path.name: path.stat().st_size for path in event_files(run_dir)}
+        assert _script().main([str(run_dir), "--every-checkpoint", "--episodes", "2"]) == 0
+        assert {path.name: path.stat().st_size for path in event_files(run_dir)} == before
+        training.add_scalar("charts/epsilon", 0.25, 2_000)
+        training.flush()
+        live.Reload()
+        assert [e.step for e in live.Scalars("charts/epsilon")][-2:] == [1_000, 2_000]
+    finally:
+        training.close()
+    assert sorted(_evals(run_dir / CHECKPOINT_EVALS)) == [200, 400, 600]

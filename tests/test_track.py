@@ -1,16 +1,18 @@
-"""--track: Weights & Biases through its own TensorBoard sync, offline (no network, no account).
+"""--track: Weights & Biases at TensorBoard's agent steps, offline (no network, no account).
 
 The W&B run is read back from its local transaction log (``run-<id>.wandb``: a LevelDB-style log
-of protobuf records) and compared with the TensorBoard event file of the same run.
+of protobuf records) and compared with the TensorBoard event files of the same run.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 import struct
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -98,7 +100,7 @@ def synced_scalars(rows: list[dict], tags: set[str]) -> dict[str, dict[int, floa
     for row in rows:
         for key, value in row.items():
             if key in tags:
-                out.setdefault(key, {})[row["global_step"]] = value
+                out.setdefault(key, {})[row["_step"]] = value
     return out
 
 
@@ -145,11 +147,13 @@ def test_offline_track_mirrors_tensorboard_and_resumes_the_same_run(tmp_path):
     assert sorted(board["eval/return_mean"]) == [300, 600]
     # The evaluation videos (TensorBoard's animated GIFs) at their agent steps, as W&B images.
     videos = [row for row in rows if "eval/video/_type" in row]
-    assert [row["global_step"] for row in videos] == [300, 600]
-    assert all(row["eval/video/format"] == "gif" and row["eval/video/count"] == 1 for row in videos)
+    assert [row["_step"] for row in videos] == [300, 600]
+    assert all(row["eval/video/_type"] == "image-file" and row["eval/video/format"] == "gif" for row in videos)
     for row in videos:
-        (gif,) = row["eval/video/filenames"]
-        assert (first / "files" / gif).read_bytes()[:6] == b"GIF89a"
+        assert (first / "files" / row["eval/video/path"]).read_bytes()[:6] == b"GIF89a"
+    # One row per agent step, in step order.
+    steps = [row["_step"] for row in rows]
+    assert steps == sorted(set(steps))
 
     # Resume: the same W&B run id, a second local part holding the steps after the checkpoint.
     done = run_train("--resume", str(run_dir), "--total-steps", "900", env=env)
@@ -159,9 +163,156 @@ def test_offline_track_mirrors_tensorboard_and_resumes_the_same_run(tmp_path):
     records = read_wandb_log(second / f"run-{run_id}.wandb")
     assert [r.run.run_id for r in records if r.WhichOneof("record_type") == "run"][0] == run_id
     board = tensorboard_scalars(run_dir, after=600)
-    synced = synced_scalars(wandb_history(records), set(board))
+    rows = wandb_history(records)
+    synced = synced_scalars(rows, set(board))
     assert board["eval/return_mean"].keys() == {900}
+    assert min(row["_step"] for row in rows) > 600  # the first part's steps are not sent again
     for tag, points in board.items():
         if points:
-            assert {s: v for s, v in synced.get(tag, {}).items() if s > 600} == pytest.approx(points), tag
+            assert synced.get(tag, {}) == pytest.approx(points), tag
     assert wandb_config(records)["total_steps"] == 900
+
+
+def wandb_env(tmp_path: Path) -> dict[str, str]:
+    """Offline W&B, every file of it under ``tmp_path``."""
+    wandb_dir = tmp_path / "wandb-files"
+    wandb_dir.mkdir(exist_ok=True)
+    return {"WANDB_MODE": "offline", "WANDB_DIR": str(wandb_dir), "WANDB_SILENT": "true",
+            "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"), "WANDB_CACHE_DIR": str(tmp_path / "wandb-cache")}
+
+
+def test_a_hard_killed_tracked_run_loses_no_history(tmp_path):
+    """Killed (no clean exit) at agent step 1,000 with the last checkpoint at 800, then resumed to
+    1,600: the W&B run holds every point TensorBoard shows, the killed part's included, once per
+    agent step."""
+    pytest.importorskip("wandb")
+    env = wandb_env(tmp_path)
+    killed = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import os
+        from vecdqn.trainer import Trainer
+        from helpers import catch_config
+        def log_then_die(trainer):  # called after each vector step's logging
+            if trainer.core.state.step >= 1_000:
+                trainer.core.flush_logs()
+                os._exit(9)  # killed hard at step 1,000; the last checkpoint is step 800
+        Trainer(catch_config({str(tmp_path)!r}, total_steps=2_000, checkpoint_every=400, run_name="run", track=True,
+                             wandb_project="vecdqn-test", eval_every=300, eval_episodes=2),
+                progress=False, on_step=log_then_die).run()
+    """)], capture_output=True, text=True, timeout=300,
+        env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"})
+    assert killed.returncode == 9, killed.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    done = run_train("--resume", str(run_dir), "--total-steps", "1600", env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    run_id = (run_dir / RUN_ID_FILE).read_text().strip()
+    parts = sorted((tmp_path / "wandb-files" / "wandb").glob(f"offline-run-*-{run_id}"))
+    assert len(parts) == 2
+    assert wandb_history(read_wandb_log(parts[0] / f"run-{run_id}.wandb")) == []  # the killed part: nothing
+    rows = wandb_history(read_wandb_log(parts[1] / f"run-{run_id}.wandb"))
+    steps = [row["_step"] for row in rows]
+    assert steps == sorted(set(steps))  # one row per agent step
+    board = tensorboard_scalars(run_dir)
+    assert len(board["charts/epsilon"]) == 16 and min(board["charts/epsilon"]) == 100
+    synced = synced_scalars(rows, set(board))
+    assert set(synced) == set(board)
+    for tag, points in board.items():
+        assert synced[tag] == pytest.approx(points), tag
+    # The killed part's evaluation videos too (300, 600; its 900 is superseded by the resumed part's).
+    assert tensorboard_images(run_dir, "eval/video") == [300, 600, 900, 1_200, 1_500]
+    assert [row["_step"] for row in rows if "eval/video/_type" in row] == [300, 600, 900, 1_200, 1_500]
+
+
+def tensorboard_images(run_dir: Path, tag: str) -> list[int]:
+    acc = EventAccumulator(str(run_dir), size_guidance={"images": 0})
+    acc.Reload()
+    return [e.step for e in acc.Images(tag)]
+
+
+class FakeRun:
+    """What `tracking.start` uses of a ``wandb.Run``, resumed online from W&B's server."""
+
+    def __init__(self, starting_step: int):
+        self.resumed, self.starting_step, self.offline = starting_step > 0, starting_step, False
+        self.logged: list[tuple[int, dict]] = []
+        self.finished = False
+
+    def log(self, data: dict, step: int, commit: bool) -> None:
+        self.logged.append((step, data))
+
+    def finish(self) -> None:
+        self.finished = True
+
+
+@pytest.mark.parametrize("server_step", [500, 1_000])
+def test_online_resume_sends_what_the_server_lacks_and_no_step_twice(tmp_path, monkeypatch, server_step):
+    """Online, W&B's server says where the run stands: the resumed part sends the event files'
+    points after it, up to the checkpoint's step (800), then its own after the checkpoint's; the
+    steps the server holds past the checkpoint (a killed process's 801-1,000) are not sent again."""
+    pytest.importorskip("wandb")
+    from torch.utils.tensorboard import SummaryWriter
+
+    from vecdqn import tracking
+
+    run_dir = tmp_path / "run"
+    writer = SummaryWriter(str(run_dir))
+    for step in range(100, 1_001, 100):  # the killed process's points, to 1,000
+        writer.add_scalar("charts/epsilon", step / 1000, step)
+    writer.close()
+    (run_dir / RUN_ID_FILE).write_text("abcd1234\n")
+    fake = FakeRun(starting_step=server_step + 1)
+    module = type(sys)("wandb")
+    module.__spec__ = importlib.machinery.ModuleSpec("wandb", None)  # found by `tracking.require_wandb`
+    module.init = lambda **kwargs: fake
+    monkeypatch.setitem(sys.modules, "wandb", module)
+    tracker = tracking.start(run_dir, {"wandb_project": "p"}, resume_step=800)
+    assert [step for step, _ in fake.logged] == (list(range(600, 801, 100)) if server_step == 500 else [])
+    for step in (900, 1_000, 1_100, 1_200):  # the resumed process's own points
+        tracker.scalars(step, {"charts/epsilon": -step})
+        tracker.reached(step)
+    tracker.finish()
+    sent = [step for step, _ in fake.logged]
+    assert sent == sorted(set(sent)) and sent[-2:] == [1_100, 1_200] and fake.finished
+    assert [data["charts/epsilon"] for step, data in fake.logged if step > 800] == (
+        [-900, -1_000, -1_100, -1_200] if server_step == 500 else [-1_100, -1_200])
+    assert (run_dir / tracking.STEP_FILE).read_text() == "1200\n"
+
+
+@pytest.mark.parametrize("project, found", [("myteam/catch", "/"), pytest.param("a" * 129, "129 characters", id="129"),
+                                            ("run:1", ":"), ("what?#", "(found # ?)")])
+def test_a_project_name_wandb_refuses_is_one_line_before_anything_starts(tmp_path, capsys, project, found):
+    pytest.importorskip("wandb")
+    logs = tmp_path / "runs"
+    code = cli.main([*CATCH, "--total-steps", "600", "--track", "--wandb-project", project, "--log-dir", str(logs),
+                     "--run-name", "run_a"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"train.py: error: --wandb-project {project[:20]}") and found in err, err
+    assert not logs.exists()  # no run folder to block the corrected command
+
+
+def test_a_project_name_with_an_entity_says_how_to_give_both(capsys):
+    pytest.importorskip("wandb")
+    assert cli.main([*CATCH, "--track", "--wandb-project", "myteam/catch"]) == 2
+    assert capsys.readouterr().err.strip().endswith("give --wandb-entity myteam --wandb-project catch")
+
+
+@pytest.mark.parametrize("project", ["vecdqn", pytest.param("a" * 128, id="128"), pytest.param("a" * 129, id="129"),
+                                     "team/p", "back\\slash", "hash#", "q?",
+                                     "per%cent", "co:lon", "dots.and-dashes_ok", "spaces are fine", "ünïcödé"])
+def test_the_project_name_rule_is_wandbs_own(project):
+    """`check_wandb_names` refuses exactly what the installed wandb's settings refuse."""
+    wandb = pytest.importorskip("wandb")
+    from vecdqn.tracking import check_wandb_names
+
+    try:
+        wandb.Settings(project=project)
+        refused_by_wandb = False
+    except Exception:
+        refused_by_wandb = True
+    try:
+        check_wandb_names({"wandb_project": project})
+        refused = False
+    except ValueError:
+        refused = True
+    assert refused == refused_by_wandb

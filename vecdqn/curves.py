@@ -1,7 +1,9 @@
 """Learning curves of training runs, read from their TensorBoard event files into NumPy arrays.
 
 A run folder (``runs/<name>/``, made by ``scripts/train.py``) holds the event files that
-`vecdqn.metrics.MetricsLogger` writes, and ``config.json``. The curves come from two tags:
+`vecdqn.metrics.MetricsLogger` writes, ``config.json``, and, once ``scripts/evaluate.py
+--every-checkpoint`` evaluated its kept checkpoints, their results in the subfolder
+`CHECKPOINT_EVALS` (`vecdqn.metrics.EvalLog`). The curves come from two tags:
 ``charts/episodic_return`` (one scalar per finished game, at the agent step it finished) and
 ``eval/return_mean`` (one per periodic evaluation); the steps and times of every scalar tag make
 the run's clock (when it passed which step). Drawing is left to ``scripts/plot.py``.
@@ -28,6 +30,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 TRAIN_TAG = "charts/episodic_return"
 EVAL_TAG = "eval/return_mean"
+# The run folder's subfolder of checkpoint evaluations: a TensorBoard run of its own.
+CHECKPOINT_EVALS = "checkpoint-evals"
 # The window of the training curve; MetricsLogger's progress bar uses the same 100 games.
 WINDOW = 100
 
@@ -142,6 +146,17 @@ def check_run_folder(folder: Path) -> None:
                    "writes them)")
 
 
+def checkpoint_evals(folder: Path) -> dict[str, list[Any]]:
+    """The scalar events of ``folder``'s `CHECKPOINT_EVALS` subfolder, ``{tag: [event]}`` in step
+    order, as TensorBoard shows them ({} when there is none)."""
+    evals = Path(folder) / CHECKPOINT_EVALS
+    if not (evals.is_dir() and event_files(evals)):
+        return {}
+    accumulator = EventAccumulator(str(evals), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    return {tag: sorted(accumulator.Scalars(tag), key=lambda e: e.step) for tag in accumulator.Tags()["scalars"]}
+
+
 def _in_step_order(events: Sequence[Any]) -> list[Any]:
     """Drop what a resume superseded; the rest is in step order.
 
@@ -186,7 +201,8 @@ def read_run(folder: str | Path, window: int = WINDOW) -> RunCurves:
     """Read a run folder's curves; every scalar event is kept (no subsampling).
 
     Args:
-        folder: the run folder, holding event files directly.
+        folder: the run folder, holding event files directly; the evaluations in its
+            `CHECKPOINT_EVALS` subfolder replace the run's own at the same steps.
         window: games in the training curve's trailing mean.
 
     Raises:
@@ -202,6 +218,9 @@ def read_run(folder: str | Path, window: int = WINDOW) -> RunCurves:
     except ValueError as err:
         raise RunError(f"{folder}: its event files hold no events yet") from err
     by_tag = {tag: _in_step_order(accumulator.Scalars(tag)) for tag in accumulator.Tags()["scalars"]}
+    for tag, events in checkpoint_evals(folder).items():  # a checkpoint's evaluation stands for the run's own
+        merged = {e.step: e for e in by_tag.get(tag, [])} | {e.step: e for e in events}
+        by_tag[tag] = [merged[step] for step in sorted(merged)]
     games = _scalars(by_tag.get(TRAIN_TAG, []), origin)
     every_event = sorted((e for events in by_tag.values() for e in events), key=lambda e: (e.step, e.wall_time))
     return RunCurves(

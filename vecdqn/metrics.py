@@ -8,13 +8,15 @@ score, length in emulator frames), ``charts/epsilon``, ``charts/beta``, ``charts
 ``charts/SPS`` (agent steps per second), ``losses/td_loss``, ``losses/q_values``,
 ``replay/size``, ``replay/priority_max``. Every scalar's global step is the agent step.
 
-With ``--track`` the run also goes to Weights & Biases through wandb's own TensorBoard sync
-(`vecdqn.tracking`), started here right before the writer is created.
+With ``--track`` every scalar and video written here also goes to the run's Weights & Biases
+run, at the same agent step (`vecdqn.tracking.Tracker`), started here right before the writer is
+created.
 """
 
 from __future__ import annotations
 
 import collections
+import fcntl
 import json
 import math
 import os
@@ -25,12 +27,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 from tensorboard.compat.proto.summary_pb2 import Summary
+from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 from tqdm import tqdm
 
 from vecdqn import tracking
+from vecdqn.curves import CHECKPOINT_EVALS, checkpoint_evals, event_files
 from vecdqn.video import encode_gif
 
 
@@ -56,8 +62,9 @@ class MetricsLogger:
         initial_step: int = 0,
         progress: bool = True,
     ):
-        # --track: wandb's TensorBoard sync must patch the writer class before the writer exists.
-        self.tracking = tracking.start(run_dir, config) if config.get("track") else None
+        # --track: on resume, the W&B run first takes what it lacks from the event files as they
+        # are, before this run's writer supersedes the steps after the checkpoint's.
+        self.tracking = tracking.start(run_dir, config, resume_step=initial_step) if config.get("track") else None
         # On resume, events a killed process wrote after the checkpoint's step are dropped, so
         # every curve has one value per step (the resumed run writes those steps again).
         self.writer = SummaryWriter(run_dir, purge_step=initial_step + 1 if initial_step else None)
@@ -97,8 +104,7 @@ class MetricsLogger:
     def episode(self, step: int, episodic_return: float, length: float) -> None:
         """Write one finished game at its own agent step: raw return and length in emulator
         frames (``charts/episodic_return``, ``charts/episodic_length``)."""
-        self.writer.add_scalar("charts/episodic_return", episodic_return, step)
-        self.writer.add_scalar("charts/episodic_length", length, step)
+        self._write(step, {"charts/episodic_return": episodic_return, "charts/episodic_length": length})
 
     def losses(self, metrics: Mapping[str, float]) -> None:
         """Add one update's ``td_loss`` and ``q_values`` to the means `flush_losses` writes."""
@@ -120,10 +126,16 @@ class MetricsLogger:
         writer's two minutes later: they are rare, and what a watcher acts on (``scripts/tune.py``
         reports each one to its pruner while the run goes on).
         """
-        for tag, value in values.items():
-            self.writer.add_scalar(tag, value, step)
+        self._write(step, values)
         if any(tag.startswith("eval/") for tag in values):
             self.writer.flush()
+
+    def _write(self, step: int, values: Mapping[str, float]) -> None:
+        """Every scalar goes through here: to TensorBoard and, with ``--track``, to W&B."""
+        for tag, value in values.items():
+            self.writer.add_scalar(tag, value, step)
+        if self.tracking is not None:
+            self.tracking.scalars(step, values)
 
     def video(self, tag: str, clip: np.ndarray, step: int, fps: float = 15.0) -> None:
         """Write a clip as an animated GIF (`vecdqn.video.encode_gif`), the encoding TensorBoard's
@@ -136,20 +148,27 @@ class MetricsLogger:
         """
         frames = np.asarray(clip, dtype=np.uint8)[0].transpose(0, 2, 3, 1)
         _, h, w, _ = frames.shape
-        image = Summary.Image(height=h, width=w, colorspace=3, encoded_image_string=encode_gif(frames, fps))
+        gif = encode_gif(frames, fps)
+        image = Summary.Image(height=h, width=w, colorspace=3, encoded_image_string=gif)
         self.writer.file_writer.add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
+        if self.tracking is not None:
+            self.tracking.image(tag, gif, step)
 
     def sps(self, step: int) -> float:
         """Agent steps per second since the previous call; writes ``charts/SPS``."""
         now = time.perf_counter()
         rate = (step - self._last_step) / max(now - self._last_time, 1e-9)
         self._last_time, self._last_step = now, step
-        self.writer.add_scalar("charts/SPS", rate, step)
+        self._write(step, {"charts/SPS": rate})
         return rate
 
     def progress(self, step: int, mean_return: float = math.nan, games: int = 0) -> None:
         """Advance the bar to ``step``; once there are ``games`` (whole games so far), its
-        postfix shows them and ``mean_return``, the recent mean raw return."""
+        postfix shows them and ``mean_return``, the recent mean raw return. With ``--track``, the
+        values of the steps before ``step`` go to W&B (`vecdqn.tracking.Tracker.reached`): nothing
+        is written at those steps afterwards."""
+        if self.tracking is not None:
+            self.tracking.reached(step)
         if games:
             self.bar.set_postfix(ret=f"{mean_return:.2f}", games=games, refresh=False)
             if self._phase:
@@ -165,41 +184,120 @@ class MetricsLogger:
         self.bar.close()
         self.writer.flush()
         self.writer.close()
-        if self.tracking is not None:  # after the writer: wandb reads its last events first
+        if self.tracking is not None:
             self.tracking.finish()
             self.tracking = None
 
 
-# The event file `EvalLog` writes into a run folder; its suffix tells it from the run's own.
-EVAL_LOG_SUFFIX = ".checkpoint-evals"
+class EvaluationRunning(OSError):
+    """Another `EvalLog` holds the same run folder's checkpoint evaluations."""
 
 
 class EvalLog:
-    """Evaluations of a finished run's kept checkpoints, written into the run's folder as the
-    run's own periodic evaluations would have been: ``eval/return_mean``, ``eval/return_std``
-    and ``eval/hns`` at each checkpoint's agent step, stamped with the time the checkpoint was
-    saved, so TensorBoard and `vecdqn.curves` (``scripts/plot.py``) place them on the run's clock.
+    """Evaluations of a run's kept checkpoints, written as the run's own periodic evaluations
+    would have been: ``eval/return_mean``, ``eval/return_std`` and ``eval/hns`` at each
+    checkpoint's agent step, stamped with the time the checkpoint was saved, so TensorBoard and
+    `vecdqn.curves` (``scripts/plot.py``) place them on the run's clock.
 
-    They go to an event file of their own (name ending in ``.checkpoint-evals``); one written by
-    an earlier `EvalLog` in the same folder is removed when this one is created, so evaluating a
-    run again replaces its checkpoint evaluations instead of adding a second series.
+    They go to the run folder's subfolder `vecdqn.curves.CHECKPOINT_EVALS`, which TensorBoard
+    shows as a run of its own (``runs/<run>/checkpoint-evals``): the run's own event files are
+    never touched, so a reader following them while the run trains (TensorBoard, ``scripts/tune.py``)
+    goes on following them.
+
+    Whole or not at all: `add` only gathers results; `save` writes them at once, merged with the
+    earlier saved ones (this evaluation's steps replace theirs, their other steps stay), into a
+    temporary file renamed into the subfolder as its newest event file. Each file starts with
+    TensorBoard's restart marker at step 0: a reader of the folder (TensorBoard, fresh or showing
+    it already) drops the points of the files before it, so it shows one value per step. The
+    previous file is kept (a reader may be on it), older ones are removed. Closed without `save`
+    (an interrupted evaluation), it leaves the earlier results as they were.
+
+    One at a time: from creation to `close` it holds an exclusive lock on the subfolder's
+    ``.lock`` file (which holds its process id).
 
     Args:
         run_dir: the run folder (holding the run's event files).
+
+    Raises:
+        EvaluationRunning: another `EvalLog` (of any process) holds the lock.
     """
 
     def __init__(self, run_dir: str | os.PathLike[str]):
-        run_dir = Path(run_dir)
-        for old in run_dir.glob(f"*tfevents*{EVAL_LOG_SUFFIX}"):
-            old.unlink()
-        self.writer = SummaryWriter(str(run_dir), filename_suffix=EVAL_LOG_SUFFIX)
+        self.run_dir = Path(run_dir)
+        self.folder = self.run_dir / CHECKPOINT_EVALS
+        self.folder.mkdir(exist_ok=True)
+        self._lock: int | None = os.open(self.folder / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(self._lock, 32).decode(errors="replace").strip() or "?"
+            self.close()
+            raise EvaluationRunning(f"{self.folder} is being written by another evaluation (process {holder}); "
+                                    "wait for it to end, then evaluate again") from None
+        os.ftruncate(self._lock, 0)
+        os.write(self._lock, f"{os.getpid()}\n".encode())
+        self._points: dict[int, tuple[float, dict[str, float]]] = {}
 
     def add(self, step: int, values: Mapping[str, float], wall_time: float) -> None:
-        """Write ``{tag: value}`` at agent step ``step`` and Unix time ``wall_time`` (seconds),
-        flushed to disk at once (an interrupted evaluation keeps the rows done)."""
-        for tag, value in values.items():
-            self.writer.add_scalar(tag, value, step, walltime=wall_time)
-        self.writer.flush()
+        """Gather ``{tag: value}`` at agent step ``step`` and Unix time ``wall_time`` (seconds)
+        for `save`."""
+        self._points[step] = (wall_time, dict(values))
+
+    def save(self) -> Path:
+        """Write the gathered results merged with the saved ones (see the class docstring);
+        returns the new event file."""
+        points = {}
+        for tag, events in checkpoint_evals(self.run_dir).items():
+            for e in events:
+                points.setdefault(e.step, (e.wall_time, {}))[1][tag] = e.value
+        points |= self._points
+        old = event_files(self.folder)
+        # A name after the old ones': TensorBoard reads a folder's event files in name order.
+        stamps = [f.name.split(".")[3:4] for f in old]  # events.out.tfevents.<time>...
+        stamp = max([time.time_ns(), *(int(t[0]) + 1 for t in stamps if t and t[0].isdigit())])
+        path = self.folder / f"events.out.tfevents.{stamp}.checkpoint-evals"
+        temporary = self.folder / f".tmp-{os.getpid()}"  # no "tfevents" in its name: readers skip it
+        try:
+            with open(temporary, "wb") as f:
+                records = RecordWriter(f)
+                for event in self._events(points):
+                    records.write(event.SerializeToString())
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
+        # The previous file stays: a reader that is on it (TensorBoard, between two reloads) cannot
+        # move on to the next from a deleted one. Its points go when the reader reaches this file.
+        for stale in old[:-1]:
+            stale.unlink(missing_ok=True)
+        return path
+
+    def _events(self, points: Mapping[int, tuple[float, Mapping[str, float]]]) -> list[Event]:
+        """The file's events: its version and a restart at step 0, stamped with the run's first
+        event's time (TensorBoard's relative time then matches the run's), then one per step."""
+        first = min((wall for wall, _ in points.values()), default=time.time())
+        runs_own = event_files(self.run_dir)
+        if runs_own:
+            head = next(iter(EventFileLoader(str(runs_own[0])).Load()), None)
+            if head is not None:
+                first = min(first, head.wall_time)
+        events = [Event(wall_time=first, file_version="brain.Event:2"),
+                  Event(wall_time=first, step=0, session_log=SessionLog(status=SessionLog.START))]
+        for step in sorted(points):
+            wall, values = points[step]
+            summary = Summary(value=[Summary.Value(tag=tag, simple_value=value) for tag, value in values.items()])
+            events.append(Event(wall_time=wall, step=step, summary=summary))
+        return events
 
     def close(self) -> None:
-        self.writer.close()
+        """Release the lock; results not saved are dropped."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+    def __enter__(self) -> EvalLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -18,7 +18,7 @@ from vecdqn.envs import check_env_options, make_env
 from vecdqn.model import QNetwork
 from vecdqn.replay import PrioritizedReplayBuffer
 from vecdqn.staging import check_amp, select_device
-from vecdqn.tracking import require_wandb
+from vecdqn.tracking import check_wandb_names, require_wandb
 
 __all__ = ["ConfigError", "available_memory_bytes", "preflight"]
 
@@ -51,8 +51,8 @@ def available_memory_bytes() -> int | None:
 
 
 def preflight(config: Config, *, resuming: bool = False) -> torch.device:
-    """Every check that needs no env worker: values, ``--track``'s package, env id, log folder,
-    replay memory.
+    """Every check that needs no env worker: values, ``--track``'s package and W&B project name,
+    env id, log folder, replay memory.
 
     Returns:
         the learner's device, chosen here once (`vecdqn.staging.select_device`).
@@ -63,7 +63,8 @@ def preflight(config: Config, *, resuming: bool = False) -> torch.device:
     if config.track:
         try:
             require_wandb()
-        except ImportError as err:
+            check_wandb_names(config.to_dict())
+        except (ImportError, ValueError) as err:
             raise ConfigError(str(err)) from None
     try:
         config.validate()
