@@ -166,6 +166,20 @@ def test_event_follower_reads_each_evaluation_as_it_is_written(tmp_path):
     assert trains.final_value() == pytest.approx(sum(range(101, 151)) / 100)
 
 
+def test_a_failed_trial_is_reported_with_train_py_s_error_line(tmp_path):
+    """train.py's own error line (``train.py: error: ...``) is the cause, not the line after it."""
+    from vecdqn.tuning.trial_run import TrialProcess
+
+    cause = ("train.py: error: non-finite loss (nan) or mean Q (nan) at agent step 1200; a too high "
+             "--learning-rate is the usual cause: lower it and resume from the last checkpoint")
+    log = tmp_path / "train.log"
+    log.write_text("run folder: runs/catch/trial_0000\nstep 1000 | 410 agent steps/s\n"
+                   f"{cause}\nlast checkpoint: none written yet\n")
+    assert TrialProcess([], log).error_line() == cause
+    log.write_text("Traceback (most recent call last):\n  File \"x.py\", line 1\nRuntimeError: CUDA error\n")
+    assert TrialProcess([], log).error_line() == "RuntimeError: CUDA error"  # no error line: the last line
+
+
 # -- studies ---------------------------------------------------------------------------------
 
 
