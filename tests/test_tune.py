@@ -108,6 +108,12 @@ def test_an_option_given_twice_is_refused():
     (["--space", "n_step=1:3", "--", "--no-such-option"], "unrecognized arguments: --no-such-option"),
     (["--space", "n_step=1:3", "--", "--run-name", "x"], "--run-name cannot be a fixed option"),
     (["--space", "n_step=1:3", "--", "--preset", "catch"], "--objective eval needs periodic evaluations"),
+    # W&B refuses these project names; every trial would fail at its start.
+    (["--space", "n_step=1:3", "--n-trials", "1", "--", *TRAIN, "--track", "--wandb-project", "myteam/catch"],
+     "--wandb-project 'myteam/catch': W&B refuses a project name with any of / \\ # ? % : (this one has '/'); "
+     "for a team's project give --wandb-entity myteam --wandb-project catch"),
+    (["--space", "n_step=1:3", "--n-trials", "1", "--", *TRAIN, "--track", "--wandb-project", "p" * 129],
+     "is 129 characters long; W&B takes at most 128"),
 ])
 def test_bad_input_exits_2_with_one_line_before_any_trial(tmp_path, capsys, args, message):
     tune = load_script()
