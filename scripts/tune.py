@@ -10,7 +10,8 @@ one more (``LOW:HIGH``, ``LOW:HIGH:log`` or ``A,B,...``; see `vecdqn.tuning.spac
 is the run's own periodic evaluation return (``--objective train``: the mean return of its last
 100 training games), reported at each evaluation so that the pruner stops hopeless trials early.
 The study is kept in SQLite (``<log-dir>/<study>/study.db``) or any SQLAlchemy URL (``--storage``):
-the same command again continues it. At the end: a table of the best trials and the train.py
+the same command again continues it, with the same fixed options, objective and kinds of
+dimensions. At the end: a table of the best trials and the train.py
 command line that reproduces the best one.
 
 Exit codes: 0 done; 1 every trial of this invocation failed; 2 bad input (one line on stderr,
@@ -141,6 +142,7 @@ def tune(args: argparse.Namespace, dims: list[Dimension], train_options: list[st
         StudyInterrupted,
         TrialFailed,
         TrialRunner,
+        check_space,
         make_pruner,
         open_study,
         results_table,
@@ -166,6 +168,7 @@ def tune(args: argparse.Namespace, dims: list[Dimension], train_options: list[st
         raise UsageError(f"cannot make the study folder {study_dir}: {err.strerror}") from None
     study = open_study(name, storage, pruner, seed=args.sampler_seed, objective=args.objective,
                        train_options=train_options)
+    check_space(study, dims)
     extra = {"wandb_group": name} if config.track and not config.wandb_group else {}
     runner = TrialRunner(command, dims, args.objective, study_dir, say=lambda line: print(line, flush=True),
                          extra=extra)

@@ -293,6 +293,27 @@ def test_other_fixed_options_do_not_continue_a_study(study):
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("space, message", [
+    (["--space", "learning_rate=1e-4:3e-3", "--space", "n_step=1:3"],
+     "--space learning_rate=1e-4:3e-3: study 'catch' samples learning_rate=0.0001:0.003:log (a log-scale range), "
+     "and Optuna cannot continue it as a linear range; give --space learning_rate=0.0001:0.003:log to continue the "
+     "study (a range's ends may move), or another --study-name to start a new study"),
+    (["--space", "learning_rate=1e-4:3e-3:log", "--space", "n_step=1,2,3"],
+     "--space n_step=1,2,3: study 'catch' samples n_step=1:3 (a linear integer range), and Optuna cannot continue it "
+     "as choices; give --space n_step=1:3 to continue"),
+])
+def test_a_changed_space_does_not_continue_a_study(study, capsys, space, message):
+    """A dimension that Optuna cannot continue is refused before any trial, the study untouched."""
+    runs, _ = study
+    before = [(t.number, t.state, t.params) for t in load_trials(runs)]
+    tune = load_script()
+    assert tune.main(["--study-name", "catch", *space, "--", *TRAIN, "--log-dir", str(runs)]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("tune.py: error: ") and len(err.strip().splitlines()) == 1, err
+    assert message in err, err
+    assert out == "" and [(t.number, t.state, t.params) for t in load_trials(runs)] == before
+
+
 def test_ctrl_c_checkpoints_the_trial_and_marks_it_failed(tmp_path):
     """SIGINT to the tuner: its trial's run checkpoints and exits, the trial is marked failed, the
     tuner exits 130, nothing is left running, and the same command continues the study."""

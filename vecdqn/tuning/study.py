@@ -27,14 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
 from vecdqn.tuning import StudyError
 from vecdqn.tuning.space import Dimension
 from vecdqn.tuning.train_command import TrainCommand
 from vecdqn.tuning.trial_run import EventFollower, TrialProcess
 
-__all__ = ["StudyError", "StudyInterrupted", "TrialFailed", "TrialRunner", "make_pruner", "open_study",
-           "results_table"]
+__all__ = ["StudyError", "StudyInterrupted", "TrialFailed", "TrialRunner", "check_space", "make_pruner",
+           "open_study", "results_table"]
 
 # Seconds between heartbeats of a running trial, and after which a silent one counts as dead
 # (a tuner killed outright; see the module docstring).
@@ -122,6 +123,58 @@ def open_study(name: str, storage_url: str, pruner: optuna.pruners.BasePruner, *
                          "not these; give the same options after -- to continue it, or another --study-name")
     study.sampler = optuna.samplers.TPESampler(seed=None if seed is None else seed + len(study.trials))
     return study
+
+
+def _distribution(dim: Dimension) -> BaseDistribution:
+    """What ``dim.suggest`` asks Optuna for."""
+    if dim.kind == "int":
+        return IntDistribution(int(dim.low), int(dim.high), log=dim.log)
+    if dim.kind == "float":
+        return FloatDistribution(float(dim.low), float(dim.high), log=dim.log)
+    return CategoricalDistribution(list(dim.choices))
+
+
+def _spec(dist: BaseDistribution) -> str:
+    """A distribution as a ``--space`` value: ``1:3``, ``0.0001:0.003:log``, ``true,false``."""
+    if isinstance(dist, CategoricalDistribution):
+        return ",".join(str(c).lower() if isinstance(c, bool) else str(c) for c in dist.choices)
+    assert isinstance(dist, (IntDistribution, FloatDistribution))
+    return f"{dist.low}:{dist.high}" + (":log" if dist.log else "")
+
+
+def _kind(dist: BaseDistribution) -> str:
+    if isinstance(dist, CategoricalDistribution):
+        return "choices"
+    assert isinstance(dist, (IntDistribution, FloatDistribution))
+    return f"a {'log-scale' if dist.log else 'linear'} {'integer ' if isinstance(dist, IntDistribution) else ''}range"
+
+
+def check_space(study: optuna.Study, dims: list[Dimension]) -> None:
+    """Refuse a dimension that Optuna cannot continue in this study: each must be sampled as the
+    study's trials sampled it, the same kind (range or choices), the same scale (log or linear),
+    and, for choices, the same ones in the same order; a range's ends may move. (Optuna itself
+    would fail the first trial that samples it.)
+
+    Raises:
+        StudyError: naming the dimension, the study's distribution and how to continue the study
+            or start a new one.
+    """
+    trials = study.get_trials(deepcopy=False)
+    for dim in dims:
+        old = next((t.distributions[dim.name] for t in trials if dim.name in t.distributions), None)
+        if old is None:
+            continue
+        new = _distribution(dim)
+        try:  # Optuna's own rule, the one its storage applies to each sampled value
+            optuna.distributions.check_distribution_compatibility(old, new)
+        except ValueError:
+            as_new = "other choices" if isinstance(old, CategoricalDistribution) and _kind(new) == "choices" \
+                else _kind(new)
+            moves = " (a range's ends may move)" if not isinstance(old, CategoricalDistribution) else ""
+            raise StudyError(
+                f"--space {dim.spec}: study {study.study_name!r} samples {dim.name}={_spec(old)} ({_kind(old)}), and "
+                f"Optuna cannot continue it as {as_new}; give --space {dim.name}={_spec(old)} to continue the "
+                f"study{moves}, or another --study-name to start a new study") from None
 
 
 class TrialRunner:
