@@ -114,6 +114,13 @@ def test_an_option_given_twice_is_refused():
      "for a team's project give --wandb-entity myteam --wandb-project catch"),
     (["--space", "n_step=1:3", "--n-trials", "1", "--", *TRAIN, "--track", "--wandb-project", "p" * 129],
      "is 129 characters long; W&B takes at most 128"),
+    # Storage URLs that cannot be opened: the password never printed, no study folder left.
+    (["--space", "n_step=1:3", "--storage", "postgresql://vecdqn:s3cret@127.0.0.1:1/db"],
+     "--storage postgresql://vecdqn:***@127.0.0.1:1/db: cannot open it"),
+    (["--space", "n_step=1:3", "--storage", "mysql://vecdqn:s3cret@127.0.0.1:1/db"],
+     "--storage mysql://vecdqn:***@127.0.0.1:1/db: cannot open it"),
+    (["--space", "n_step=1:3", "--storage", "postgres//vecdqn:s3cret@127.0.0.1:1/db"],
+     "--storage postgres//vecdqn:***@"),
 ])
 def test_bad_input_exits_2_with_one_line_before_any_trial(tmp_path, capsys, args, message):
     tune = load_script()
@@ -123,9 +130,9 @@ def test_bad_input_exits_2_with_one_line_before_any_trial(tmp_path, capsys, args
     assert tune.main(args) == 2
     out, err = capsys.readouterr()
     assert err.startswith("tune.py: error: ") and len(err.strip().splitlines()) == 1, err
-    assert message in err
-    # Nothing started: no study folder, no database, no run.
-    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    assert message in err and "s3cret" not in out + err
+    # Nothing started and nothing left behind: no log folder, study folder, database or run.
+    assert not (tmp_path / "runs").exists()
 
 
 def test_space_file(tmp_path, capsys):
@@ -184,6 +191,20 @@ def test_a_failed_trial_is_reported_with_train_py_s_error_line(tmp_path):
     assert TrialProcess([], log).error_line() == cause
     log.write_text("Traceback (most recent call last):\n  File \"x.py\", line 1\nRuntimeError: CUDA error\n")
     assert TrialProcess([], log).error_line() == "RuntimeError: CUDA error"  # no error line: the last line
+
+
+def test_storage_urls_are_shown_without_their_password():
+    pytest.importorskip("optuna")
+    from vecdqn.tuning.storage import hide_passwords, shown_url
+
+    assert shown_url("postgresql://vecdqn:s3cret@db.example:5432/studies") == \
+        "postgresql://vecdqn:***@db.example:5432/studies"
+    assert shown_url("mysql+pymysql://root:p%40ss@host/db?charset=utf8") == "mysql+pymysql://root:***@host/db?charset=utf8"
+    assert shown_url("postgresql://host/db?user=me&password=s3cret") == "postgresql://host/db?password=***&user=me"
+    assert shown_url("sqlite:////tmp/runs/catch/study.db") == "sqlite:////tmp/runs/catch/study.db"
+    assert shown_url("postgres//vecdqn:s3cret@host/db") == "postgres//vecdqn:***@host/db"  # not even a URL
+    assert hide_passwords("(psycopg2.OperationalError) connection to postgresql://u:s3cret@h/db failed") == \
+        "(psycopg2.OperationalError) connection to postgresql://u:***@h/db failed"
 
 
 # -- studies ---------------------------------------------------------------------------------

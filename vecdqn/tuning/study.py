@@ -31,6 +31,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 
 from vecdqn.tuning import StudyError
 from vecdqn.tuning.space import Dimension
+from vecdqn.tuning.storage import hide_passwords, shown_url
 from vecdqn.tuning.train_command import TrainCommand
 from vecdqn.tuning.trial_run import EventFollower, TrialProcess
 
@@ -99,16 +100,17 @@ def open_study(name: str, storage_url: str, pruner: optuna.pruners.BasePruner, *
             not sample its first trials' values again.
 
     Raises:
-        StudyError: the storage cannot be opened, or the study was run with another objective or
-            other fixed options.
+        StudyError: the storage cannot be opened (the URL shown without its password), or the study
+            was run with another objective or other fixed options.
     """
     try:
         with warnings.catch_warnings():  # the heartbeat is marked experimental; it has been there since Optuna 2.9
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             storage = optuna.storages.RDBStorage(storage_url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
     except Exception as err:  # SQLAlchemy's and the driver's errors alike
-        raise StudyError(f"--storage {storage_url}: cannot open it ({type(err).__name__}: "
-                         f"{str(err).splitlines()[0] if str(err) else ''})") from None
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise StudyError(f"--storage {shown_url(storage_url)}: cannot open it ({type(err).__name__}: "
+                         f"{hide_passwords(first)})") from None
     study = optuna.create_study(study_name=name, storage=storage, direction="maximize", pruner=pruner,
                                 load_if_exists=True)
     saved = study.user_attrs
