@@ -11,8 +11,10 @@ is the run's own periodic evaluation return (``--objective train``: the mean ret
 100 training games), reported at each evaluation so that the pruner stops hopeless trials early.
 The study is kept in SQLite (``<log-dir>/<study>/study.db``) or any SQLAlchemy URL (``--storage``;
 printed with its password hidden): the same command again continues it, with the same fixed
-options, objective and kinds of dimensions. At the end: a table of the best trials and the
-train.py command line that reproduces the best one.
+options, objective and kinds of dimensions. Several tuners may run one study at once, on one
+machine or several; with ``--sampler-seed S`` trial n samples with a seed drawn from (S, n), so
+they do not repeat each other's values. At the end: a table of the best trials and the train.py
+command line that reproduces the best one.
 
 Exit codes: 0 done; 1 every trial of this invocation failed; 2 bad input (one line on stderr,
 before any trial starts, nothing left behind), optuna missing; 130/143 stopped by SIGINT/SIGTERM
@@ -76,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prune-below", type=float, default=None, metavar="VALUE",
                         help="--pruner threshold: stop a trial whose value is below this")
     parser.add_argument("--sampler-seed", type=int, default=None, metavar="SEED",
-                        help="seed of the TPE sampler (default: none, i.e. random)")
+                        help="seed of the TPE sampler; trial n samples with a seed drawn from (SEED, n), so tuners "
+                        "running one study together draw differently (default: none, i.e. random)")
     parser.add_argument("--top", type=int, default=5, metavar="N", help="rows of the final table (default: 5)")
     return parser
 
@@ -100,6 +103,8 @@ def check_args(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)} must be >= 0")
     if args.top < 1:
         raise UsageError(f"--top {args.top} must be at least 1")
+    if args.sampler_seed is not None and args.sampler_seed < 0:
+        raise UsageError(f"--sampler-seed {args.sampler_seed} must be >= 0")
     if (args.pruner == "threshold") != (args.prune_below is not None):
         raise UsageError("--prune-below goes with --pruner threshold, and --pruner threshold needs --prune-below")
     if args.study_name and ("/" in args.study_name or args.study_name in (".", "..")):

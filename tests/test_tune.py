@@ -335,6 +335,54 @@ def test_a_changed_space_does_not_continue_a_study(study, capsys, space, message
     assert out == "" and [(t.number, t.state, t.params) for t in load_trials(runs)] == before
 
 
+# Opens a study and samples one trial at the same moment as its siblings (each waits for the file "go").
+OPEN_AT_ONCE = """
+import json, sys, time
+from pathlib import Path
+import optuna
+from vecdqn.tuning.space import parse_space
+from vecdqn.tuning.study import make_pruner, open_study
+folder, url, index = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+dims = parse_space(["learning_rate=1e-5:1e-2:log", "gamma=0.9:0.999"])
+(folder / f"ready_{index}").touch()
+while not (folder / "go").exists():
+    time.sleep(0.002)
+study = open_study("parallel", url, make_pruner("none"), seed=1, objective="eval", train_options=["--preset", "catch"])
+trial = study.ask()
+params = {d.name: d.suggest(trial) for d in dims}
+study.tell(trial, 0.0)
+print(json.dumps({"number": trial.number, **params}))
+"""
+
+
+def test_tuners_opening_one_new_sqlite_study_at_once_all_work_and_sample_different_values(tmp_path):
+    """Six processes create or load one new SQLite study at the same moment, all with sampler
+    seed 1: each opens it, and each samples its own values."""
+    pytest.importorskip("optuna")
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    procs = [subprocess.Popen([sys.executable, "-c", OPEN_AT_ONCE, str(tmp_path), url, str(i)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(6)]
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and len(list(tmp_path.glob("ready_*"))) < len(procs):
+            time.sleep(0.05)
+        (tmp_path / "go").touch()
+        results = [proc.communicate(timeout=120) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    failed = [err.strip().splitlines()[-1] for proc, (_, err) in zip(procs, results) if proc.returncode != 0]
+    assert not failed, failed
+    import json
+
+    samples = [json.loads(out) for out, _ in results]
+    assert sorted(s["number"] for s in samples) == list(range(6))
+    values = {(s["learning_rate"], s["gamma"]) for s in samples}
+    assert len(values) == 6, samples  # one seed, six trial numbers, six different draws
+
+
 def test_ctrl_c_checkpoints_the_trial_and_marks_it_failed(tmp_path):
     """SIGINT to the tuner: its trial's run checkpoints and exits, the trial is marked failed, the
     tuner exits 130, nothing is left running, and the same command continues the study."""
