@@ -13,8 +13,10 @@ The study is kept in SQLite (``<log-dir>/<study>/study.db``) or any SQLAlchemy U
 printed with its password hidden): the same command again continues it, with the same fixed
 options, objective and kinds of dimensions. Several tuners may run one study at once, on one
 machine or several; with ``--sampler-seed S`` trial n samples with a seed drawn from (S, n), so
-they do not repeat each other's values. At the end: a table of the best trials and the train.py
-command line that reproduces the best one.
+they do not repeat each other's values. A trial whose tuner was killed outright is marked failed
+when the study is next opened on the same host (elsewhere: by Optuna's heartbeat, 3 minutes after
+its last beat). At the end: a table of the best trials and the train.py command line that
+reproduces the best one.
 
 Exit codes: 0 done; 1 every trial of this invocation failed; 2 bad input (one line on stderr,
 before any trial starts, nothing left behind), optuna missing; 130/143 stopped by SIGINT/SIGTERM
@@ -169,6 +171,7 @@ def tune(args: argparse.Namespace, dims: list[Dimension], train_options: list[st
         TrialFailed,
         TrialRunner,
         check_space,
+        fail_orphaned_trials,
         make_pruner,
         open_study,
         results_table,
@@ -195,6 +198,8 @@ def tune(args: argparse.Namespace, dims: list[Dimension], train_options: list[st
                            train_options=train_options)
         check_space(study, dims)
         _make_folder(study_dir)
+    for number, owner in fail_orphaned_trials(study):
+        print(f"trial {number}: marked failed: its tuner (pid {owner['pid']} on {owner['host']}) is gone", flush=True)
     extra = {"wandb_group": name} if config.track and not config.wandb_group else {}
     runner = TrialRunner(command, dims, args.objective, study_dir, say=lambda line: print(line, flush=True),
                          extra=extra)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -383,6 +384,31 @@ def test_tuners_opening_one_new_sqlite_study_at_once_all_work_and_sample_differe
     assert len(values) == 6, samples  # one seed, six trial numbers, six different draws
 
 
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")  # trials asked by hand here
+def test_only_trials_whose_tuner_is_gone_are_marked_failed(tmp_path):
+    """Running trials of a live tuner, of another host and of no recorded tuner are left to run (or
+    to Optuna's heartbeat); those of a tuner that has ended, or whose pid now belongs to another
+    process, are marked failed."""
+    optuna = pytest.importorskip("optuna")
+    from vecdqn.tuning import liveness
+    from vecdqn.tuning.study import fail_orphaned_trials, make_pruner, open_study
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    me = liveness.identity()
+    owners = [me, {**me, "pid": ended.pid}, {**me, "started": "0"}, {**me, "host": me["host"] + "-elsewhere"}, None]
+    assert [liveness.is_gone(owner) for owner in owners] == [False, True, True, None, None]
+    study = open_study("orphans", f"sqlite:///{tmp_path / 'study.db'}", make_pruner("none"), objective="eval",
+                       train_options=[])
+    for owner in owners:
+        trial = study.ask()
+        if owner is not None:
+            trial.set_user_attr("tuner", owner)
+    assert [number for number, _ in fail_orphaned_trials(study)] == [1, 2]
+    running, failed = optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.FAIL
+    assert [t.state for t in study.get_trials()] == [running, failed, failed, running, running]
+
+
 def test_ctrl_c_checkpoints_the_trial_and_marks_it_failed(tmp_path):
     """SIGINT to the tuner: its trial's run checkpoints and exits, the trial is marked failed, the
     tuner exits 130, nothing is left running, and the same command continues the study."""
@@ -414,10 +440,11 @@ def test_ctrl_c_checkpoints_the_trial_and_marks_it_failed(tmp_path):
     assert not processes_using(runs)
 
 
-def test_a_killed_tuner_takes_its_trial_down_with_a_checkpoint(tmp_path):
+def test_a_killed_tuner_takes_its_trial_down_and_the_next_run_marks_it_failed(tmp_path):
     """SIGKILL to the tuner (no chance to forward anything): the trial's run notices, checkpoints
-    and exits as on Ctrl-C; no process is left."""
-    pytest.importorskip("optuna")
+    and exits as on Ctrl-C; no process is left; the same command again marks the trial failed (its
+    tuner is gone), long before Optuna's heartbeat would."""
+    optuna = pytest.importorskip("optuna")
     runs = tmp_path / "runs"
     tuner = subprocess.Popen([sys.executable, str(SCRIPT), "--study-name", "catch", "--n-trials", "2", *SPACE, "--",
                               *TRAIN, "--total-steps", "1000000", "--log-dir", str(runs)],
@@ -436,3 +463,12 @@ def test_a_killed_tuner_takes_its_trial_down_with_a_checkpoint(tmp_path):
     log = (run_dir / "train.log").read_text()
     assert "stopped by SIGINT" in log, log[-2000:]
     assert checkpoint.load(run_dir / "checkpoints" / "latest.pt")["train_state"]["step"] > 0
+    # The same command again: the killed tuner's trial is marked failed before the next trial starts
+    # (that one pruned at its first evaluation, to keep this short).
+    again = run_tune("--study-name", "catch", "--n-trials", "1", "--pruner", "threshold", "--prune-below", "2", *SPACE,
+                     "--", *TRAIN, "--total-steps", "1000000", "--log-dir", str(runs))
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert f"trial 0: marked failed: its tuner (pid {tuner.pid} on {socket.gethostname()}) is gone" in again.stdout
+    trials = optuna.load_study(study_name="catch", storage=f"sqlite:///{runs / 'catch' / 'study.db'}").get_trials()
+    assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.PRUNED]
+    assert not processes_using(runs)

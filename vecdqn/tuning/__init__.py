@@ -5,7 +5,7 @@ Modules: `space` (the search space: ``--space NAME=LOW:HIGH[:log]`` or ``NAME=A,
 any trial), `trial_run` (a trial as a ``train.py`` child process, followed through its event file),
 `study` (the Optuna study: storage, pruner, the objective, the table of the best trials),
 `storage` (the database URL as printed, without its password; the lock that serializes opening a
-SQLite study).
+SQLite study), `liveness` (which tuner runs a trial, and whether it has ended).
 
 Optuna is an optional dependency (``pip install -e ".[tune]"``): importing this package does not
 import it; `require_optuna` says what to install.

@@ -17,8 +17,10 @@ Trial states stay consistent when the tuner is stopped: a Ctrl-C (or SIGTERM) is
 running trial, which checkpoints and exits; the trial is then marked failed (its run can be
 resumed by hand) and the tuner exits 130 (143). A tuner killed outright leaves its trial "running"
 in the database (its run checkpoints and exits by itself, see
-`vecdqn.tuning.trial_run.child_main`); Optuna's heartbeat marks that trial failed when the study is
-next run, ``GRACE_S`` after its last beat.
+`vecdqn.tuning.trial_run.child_main`). Each trial records its tuner (`vecdqn.tuning.liveness`), so
+the next tuner that opens the study on the same host marks the trial failed if that tuner is gone
+(`fail_orphaned_trials`); a trial of a tuner on another host is marked failed by Optuna's
+heartbeat, ``GRACE_S`` after its last beat.
 """
 
 from __future__ import annotations
@@ -37,14 +39,14 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from vecdqn.tuning import StudyError
+from vecdqn.tuning import StudyError, liveness
 from vecdqn.tuning.space import Dimension
 from vecdqn.tuning.storage import hide_passwords, is_opening_race, opening_lock, shown_url, sqlite_folder
 from vecdqn.tuning.train_command import TrainCommand
 from vecdqn.tuning.trial_run import EventFollower, TrialProcess
 
 __all__ = ["SeededTPESampler", "StudyError", "StudyInterrupted", "TrialFailed", "TrialRunner", "check_space",
-           "make_pruner", "open_study", "results_table", "trial_seed"]
+           "fail_orphaned_trials", "make_pruner", "open_study", "results_table", "trial_seed"]
 
 # Seconds between heartbeats of a running trial, and after which a silent one counts as dead
 # (a tuner killed outright; see the module docstring).
@@ -257,6 +259,23 @@ def check_space(study: optuna.Study, dims: list[Dimension]) -> None:
                 f"study{moves}, or another --study-name to start a new study") from None
 
 
+def fail_orphaned_trials(study: optuna.Study) -> list[tuple[int, dict[str, Any]]]:
+    """Mark failed each running trial whose tuner has ended on this host (`liveness.is_gone`): a
+    tuner killed outright. Trials of tuners elsewhere are left to Optuna's heartbeat.
+
+    Returns:
+        ``(trial number, its tuner's identity)`` for each trial marked failed.
+    """
+    failed = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner = trial.user_attrs.get("tuner")
+        if liveness.is_gone(owner):
+            # skip_if_finished: another tuner may have marked it first.
+            study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
+            failed.append((trial.number, owner))
+    return failed
+
+
 class TrialRunner:
     """The objective: one trial as one ``train.py`` run; also the tuner's SIGINT/SIGTERM handler.
 
@@ -318,6 +337,7 @@ class TrialRunner:
         """
         if self.signum is not None:
             raise StudyInterrupted(self.signum)
+        trial.set_user_attr("tuner", liveness.identity())  # see fail_orphaned_trials
         params = {dim.name: dim.suggest(trial) for dim in self.dims}
         name = f"trial_{trial.number:04d}"
         run_dir = self.study_dir / name
