@@ -9,19 +9,26 @@ The options after ``--`` are train.py's, fixed for every trial; each ``--space N
 one more (``LOW:HIGH``, ``LOW:HIGH:log`` or ``A,B,...``; see `vecdqn.tuning.space`). The objective
 is the run's own periodic evaluation return (``--objective train``: the mean return of its last
 100 training games), reported at each evaluation so that the pruner stops hopeless trials early.
-The study is kept in SQLite (``<log-dir>/<study>/study.db``) or any SQLAlchemy URL (``--storage``):
-the same command again continues it. At the end: a table of the best trials and the train.py
-command line that reproduces the best one.
+The study is kept in SQLite (``<log-dir>/<study>/study.db``) or any SQLAlchemy URL (``--storage``;
+printed with its password hidden): the same command again continues it, with the same fixed
+options, objective and kinds of dimensions. Several tuners may run one study at once, on one
+machine or several; with ``--sampler-seed S`` trial n samples with a seed drawn from (S, n), so
+they do not repeat each other's values. A trial whose tuner was killed outright is marked failed
+when the study is next opened on the same host (elsewhere: by Optuna's heartbeat, 3 minutes after
+its last beat). At the end: a table of the best trials and the train.py command line that
+reproduces the best one.
 
 Exit codes: 0 done; 1 every trial of this invocation failed; 2 bad input (one line on stderr,
-before any trial starts), optuna missing; 130/143 stopped by SIGINT/SIGTERM (the running trial
-checkpoints, exits and is marked failed; the same command continues the study).
+before any trial starts, nothing left behind), optuna missing; 130/143 stopped by SIGINT/SIGTERM
+(the running trial checkpoints, exits and is marked failed; the same command continues the study).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 # Run from a source checkout without installing: make the package importable.
@@ -73,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prune-below", type=float, default=None, metavar="VALUE",
                         help="--pruner threshold: stop a trial whose value is below this")
     parser.add_argument("--sampler-seed", type=int, default=None, metavar="SEED",
-                        help="seed of the TPE sampler (default: none, i.e. random)")
+                        help="seed of the TPE sampler; trial n samples with a seed drawn from (SEED, n), so tuners "
+                        "running one study together draw differently (default: none, i.e. random)")
     parser.add_argument("--top", type=int, default=5, metavar="N", help="rows of the final table (default: 5)")
     return parser
 
@@ -97,10 +105,30 @@ def check_args(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)} must be >= 0")
     if args.top < 1:
         raise UsageError(f"--top {args.top} must be at least 1")
+    if args.sampler_seed is not None and args.sampler_seed < 0:
+        raise UsageError(f"--sampler-seed {args.sampler_seed} must be >= 0")
     if (args.pruner == "threshold") != (args.prune_below is not None):
         raise UsageError("--prune-below goes with --pruner threshold, and --pruner threshold needs --prune-below")
     if args.study_name and ("/" in args.study_name or args.study_name in (".", "..")):
         raise UsageError(f"--study-name {args.study_name!r} must be a plain folder name (no '/')")
+
+
+@contextlib.contextmanager
+def removed_if_refused(folder: Path) -> Iterator[None]:
+    """Remove ``folder`` and the parents of it that did not exist before the block, if the block
+    raises and they are still empty: refused input leaves no folder behind."""
+    new = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
+    try:
+        yield
+    except BaseException:
+        for path in new:
+            try:
+                path.rmdir()
+            except FileNotFoundError:  # never made
+                continue
+            except OSError:  # not empty (or not ours to remove): keep it and its parents
+                break
+        raise
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,11 +164,14 @@ def tune(args: argparse.Namespace, dims: list[Dimension], train_options: list[st
     import optuna
 
     from vecdqn.preflight import preflight
+    from vecdqn.tuning.storage import shown_url
     from vecdqn.tuning.study import (
         OBJECTIVE_LABELS,
         StudyInterrupted,
         TrialFailed,
         TrialRunner,
+        check_space,
+        fail_orphaned_trials,
         make_pruner,
         open_study,
         results_table,
@@ -154,23 +185,26 @@ def tune(args: argparse.Namespace, dims: list[Dimension], train_options: list[st
                          f"with --total-steps {config.total_steps}; give train.py an --eval-every of at most "
                          "--total-steps after --, or use --objective train")
     command.check_space(dims)
-    preflight(config)  # the env starts, the log folder is writable, --track's package is there, ...
     name = args.study_name or "tune-" + config.env_id.replace("/", "-")
     study_dir = Path(config.log_dir) / name
     storage = args.storage or f"sqlite:///{study_dir / 'study.db'}"
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # one line per event is printed below instead
     pruner = make_pruner(args.pruner, args.pruner_startup_trials, args.pruner_warmup_steps, args.prune_below)
-    try:
-        study_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UsageError(f"cannot make the study folder {study_dir}: {err.strerror}") from None
-    study = open_study(name, storage, pruner, seed=args.sampler_seed, objective=args.objective,
-                       train_options=train_options)
+    with removed_if_refused(study_dir):
+        preflight(config)  # the env starts, the log folder is writable, --track's package is there, ...
+        if not args.storage:  # the default SQLite file's folder
+            _make_folder(study_dir)
+        study = open_study(name, storage, pruner, seed=args.sampler_seed, objective=args.objective,
+                           train_options=train_options)
+        check_space(study, dims)
+        _make_folder(study_dir)
+    for number, owner in fail_orphaned_trials(study):
+        print(f"trial {number}: marked failed: its tuner (pid {owner['pid']} on {owner['host']}) is gone", flush=True)
     extra = {"wandb_group": name} if config.track and not config.wandb_group else {}
     runner = TrialRunner(command, dims, args.objective, study_dir, say=lambda line: print(line, flush=True),
                          extra=extra)
     before = len(study.trials)
-    print(f"study {name} ({storage}): {before} trials so far; running {args.n_trials} more"
+    print(f"study {name} ({shown_url(storage)}): {before} trials so far; running {args.n_trials} more"
           + (f" for at most {args.timeout:g} s" if args.timeout else ""), flush=True)
     runner.install()
     try:
@@ -196,6 +230,13 @@ def tune(args: argparse.Namespace, dims: list[Dimension], train_options: list[st
               file=sys.stderr)
         return 1
     return 0
+
+
+def _make_folder(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"cannot make the study folder {folder}: {err.strerror}") from None
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -108,6 +109,19 @@ def test_an_option_given_twice_is_refused():
     (["--space", "n_step=1:3", "--", "--no-such-option"], "unrecognized arguments: --no-such-option"),
     (["--space", "n_step=1:3", "--", "--run-name", "x"], "--run-name cannot be a fixed option"),
     (["--space", "n_step=1:3", "--", "--preset", "catch"], "--objective eval needs periodic evaluations"),
+    # W&B refuses these project names; every trial would fail at its start.
+    (["--space", "n_step=1:3", "--n-trials", "1", "--", *TRAIN, "--track", "--wandb-project", "myteam/catch"],
+     "--wandb-project 'myteam/catch': W&B refuses a project name with any of / \\ # ? % : (this one has '/'); "
+     "for a team's project give --wandb-entity myteam --wandb-project catch"),
+    (["--space", "n_step=1:3", "--n-trials", "1", "--", *TRAIN, "--track", "--wandb-project", "p" * 129],
+     "is 129 characters long; W&B takes at most 128"),
+    # Storage URLs that cannot be opened: the password never printed, no study folder left.
+    (["--space", "n_step=1:3", "--storage", "postgresql://vecdqn:s3cret@127.0.0.1:1/db"],
+     "--storage postgresql://vecdqn:***@127.0.0.1:1/db: cannot open it"),
+    (["--space", "n_step=1:3", "--storage", "mysql://vecdqn:s3cret@127.0.0.1:1/db"],
+     "--storage mysql://vecdqn:***@127.0.0.1:1/db: cannot open it"),
+    (["--space", "n_step=1:3", "--storage", "postgres//vecdqn:s3cret@127.0.0.1:1/db"],
+     "--storage postgres//vecdqn:***@"),
 ])
 def test_bad_input_exits_2_with_one_line_before_any_trial(tmp_path, capsys, args, message):
     tune = load_script()
@@ -117,9 +131,9 @@ def test_bad_input_exits_2_with_one_line_before_any_trial(tmp_path, capsys, args
     assert tune.main(args) == 2
     out, err = capsys.readouterr()
     assert err.startswith("tune.py: error: ") and len(err.strip().splitlines()) == 1, err
-    assert message in err
-    # Nothing started: no study folder, no database, no run.
-    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    assert message in err and "s3cret" not in out + err
+    # Nothing started and nothing left behind: no log folder, study folder, database or run.
+    assert not (tmp_path / "runs").exists()
 
 
 def test_space_file(tmp_path, capsys):
@@ -164,6 +178,34 @@ def test_event_follower_reads_each_evaluation_as_it_is_written(tmp_path):
     writer.close()
     assert evals.new_values() == [(200, -0.25)] and evals.final_value() == -0.25
     assert trains.final_value() == pytest.approx(sum(range(101, 151)) / 100)
+
+
+def test_a_failed_trial_is_reported_with_train_py_s_error_line(tmp_path):
+    """train.py's own error line (``train.py: error: ...``) is the cause, not the line after it."""
+    from vecdqn.tuning.trial_run import TrialProcess
+
+    cause = ("train.py: error: non-finite loss (nan) or mean Q (nan) at agent step 1200; a too high "
+             "--learning-rate is the usual cause: lower it and resume from the last checkpoint")
+    log = tmp_path / "train.log"
+    log.write_text("run folder: runs/catch/trial_0000\nstep 1000 | 410 agent steps/s\n"
+                   f"{cause}\nlast checkpoint: none written yet\n")
+    assert TrialProcess([], log).error_line() == cause
+    log.write_text("Traceback (most recent call last):\n  File \"x.py\", line 1\nRuntimeError: CUDA error\n")
+    assert TrialProcess([], log).error_line() == "RuntimeError: CUDA error"  # no error line: the last line
+
+
+def test_storage_urls_are_shown_without_their_password():
+    pytest.importorskip("optuna")
+    from vecdqn.tuning.storage import hide_passwords, shown_url
+
+    assert shown_url("postgresql://vecdqn:s3cret@db.example:5432/studies") == \
+        "postgresql://vecdqn:***@db.example:5432/studies"
+    assert shown_url("mysql+pymysql://root:p%40ss@host/db?charset=utf8") == "mysql+pymysql://root:***@host/db?charset=utf8"
+    assert shown_url("postgresql://host/db?user=me&password=s3cret") == "postgresql://host/db?password=***&user=me"
+    assert shown_url("sqlite:////tmp/runs/catch/study.db") == "sqlite:////tmp/runs/catch/study.db"
+    assert shown_url("postgres//vecdqn:s3cret@host/db") == "postgres//vecdqn:***@host/db"  # not even a URL
+    assert hide_passwords("(psycopg2.OperationalError) connection to postgresql://u:s3cret@h/db failed") == \
+        "(psycopg2.OperationalError) connection to postgresql://u:***@h/db failed"
 
 
 # -- studies ---------------------------------------------------------------------------------
@@ -273,6 +315,100 @@ def test_other_fixed_options_do_not_continue_a_study(study):
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("space, message", [
+    (["--space", "learning_rate=1e-4:3e-3", "--space", "n_step=1:3"],
+     "--space learning_rate=1e-4:3e-3: study 'catch' samples learning_rate=0.0001:0.003:log (a log-scale range), "
+     "and Optuna cannot continue it as a linear range; give --space learning_rate=0.0001:0.003:log to continue the "
+     "study (a range's ends may move), or another --study-name to start a new study"),
+    (["--space", "learning_rate=1e-4:3e-3:log", "--space", "n_step=1,2,3"],
+     "--space n_step=1,2,3: study 'catch' samples n_step=1:3 (a linear integer range), and Optuna cannot continue it "
+     "as choices; give --space n_step=1:3 to continue"),
+])
+def test_a_changed_space_does_not_continue_a_study(study, capsys, space, message):
+    """A dimension that Optuna cannot continue is refused before any trial, the study untouched."""
+    runs, _ = study
+    before = [(t.number, t.state, t.params) for t in load_trials(runs)]
+    tune = load_script()
+    assert tune.main(["--study-name", "catch", *space, "--", *TRAIN, "--log-dir", str(runs)]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("tune.py: error: ") and len(err.strip().splitlines()) == 1, err
+    assert message in err, err
+    assert out == "" and [(t.number, t.state, t.params) for t in load_trials(runs)] == before
+
+
+# Opens a study and samples one trial at the same moment as its siblings (each waits for the file "go").
+OPEN_AT_ONCE = """
+import json, sys, time
+from pathlib import Path
+import optuna
+from vecdqn.tuning.space import parse_space
+from vecdqn.tuning.study import make_pruner, open_study
+folder, url, index = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+dims = parse_space(["learning_rate=1e-5:1e-2:log", "gamma=0.9:0.999"])
+(folder / f"ready_{index}").touch()
+while not (folder / "go").exists():
+    time.sleep(0.002)
+study = open_study("parallel", url, make_pruner("none"), seed=1, objective="eval", train_options=["--preset", "catch"])
+trial = study.ask()
+params = {d.name: d.suggest(trial) for d in dims}
+study.tell(trial, 0.0)
+print(json.dumps({"number": trial.number, **params}))
+"""
+
+
+def test_tuners_opening_one_new_sqlite_study_at_once_all_work_and_sample_different_values(tmp_path):
+    """Six processes create or load one new SQLite study at the same moment, all with sampler
+    seed 1: each opens it, and each samples its own values."""
+    pytest.importorskip("optuna")
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    procs = [subprocess.Popen([sys.executable, "-c", OPEN_AT_ONCE, str(tmp_path), url, str(i)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(6)]
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and len(list(tmp_path.glob("ready_*"))) < len(procs):
+            time.sleep(0.05)
+        (tmp_path / "go").touch()
+        results = [proc.communicate(timeout=120) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    failed = [err.strip().splitlines()[-1] for proc, (_, err) in zip(procs, results) if proc.returncode != 0]
+    assert not failed, failed
+    import json
+
+    samples = [json.loads(out) for out, _ in results]
+    assert sorted(s["number"] for s in samples) == list(range(6))
+    values = {(s["learning_rate"], s["gamma"]) for s in samples}
+    assert len(values) == 6, samples  # one seed, six trial numbers, six different draws
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")  # trials asked by hand here
+def test_only_trials_whose_tuner_is_gone_are_marked_failed(tmp_path):
+    """Running trials of a live tuner, of another host and of no recorded tuner are left to run (or
+    to Optuna's heartbeat); those of a tuner that has ended, or whose pid now belongs to another
+    process, are marked failed."""
+    optuna = pytest.importorskip("optuna")
+    from vecdqn.tuning import liveness
+    from vecdqn.tuning.study import fail_orphaned_trials, make_pruner, open_study
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    me = liveness.identity()
+    owners = [me, {**me, "pid": ended.pid}, {**me, "started": "0"}, {**me, "host": me["host"] + "-elsewhere"}, None]
+    assert [liveness.is_gone(owner) for owner in owners] == [False, True, True, None, None]
+    study = open_study("orphans", f"sqlite:///{tmp_path / 'study.db'}", make_pruner("none"), objective="eval",
+                       train_options=[])
+    for owner in owners:
+        trial = study.ask()
+        if owner is not None:
+            trial.set_user_attr("tuner", owner)
+    assert [number for number, _ in fail_orphaned_trials(study)] == [1, 2]
+    running, failed = optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.FAIL
+    assert [t.state for t in study.get_trials()] == [running, failed, failed, running, running]
+
+
 def test_ctrl_c_checkpoints_the_trial_and_marks_it_failed(tmp_path):
     """SIGINT to the tuner: its trial's run checkpoints and exits, the trial is marked failed, the
     tuner exits 130, nothing is left running, and the same command continues the study."""
@@ -304,10 +440,11 @@ def test_ctrl_c_checkpoints_the_trial_and_marks_it_failed(tmp_path):
     assert not processes_using(runs)
 
 
-def test_a_killed_tuner_takes_its_trial_down_with_a_checkpoint(tmp_path):
+def test_a_killed_tuner_takes_its_trial_down_and_the_next_run_marks_it_failed(tmp_path):
     """SIGKILL to the tuner (no chance to forward anything): the trial's run notices, checkpoints
-    and exits as on Ctrl-C; no process is left."""
-    pytest.importorskip("optuna")
+    and exits as on Ctrl-C; no process is left; the same command again marks the trial failed (its
+    tuner is gone), long before Optuna's heartbeat would."""
+    optuna = pytest.importorskip("optuna")
     runs = tmp_path / "runs"
     tuner = subprocess.Popen([sys.executable, str(SCRIPT), "--study-name", "catch", "--n-trials", "2", *SPACE, "--",
                               *TRAIN, "--total-steps", "1000000", "--log-dir", str(runs)],
@@ -326,3 +463,12 @@ def test_a_killed_tuner_takes_its_trial_down_with_a_checkpoint(tmp_path):
     log = (run_dir / "train.log").read_text()
     assert "stopped by SIGINT" in log, log[-2000:]
     assert checkpoint.load(run_dir / "checkpoints" / "latest.pt")["train_state"]["step"] > 0
+    # The same command again: the killed tuner's trial is marked failed before the next trial starts
+    # (that one pruned at its first evaluation, to keep this short).
+    again = run_tune("--study-name", "catch", "--n-trials", "1", "--pruner", "threshold", "--prune-below", "2", *SPACE,
+                     "--", *TRAIN, "--total-steps", "1000000", "--log-dir", str(runs))
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert f"trial 0: marked failed: its tuner (pid {tuner.pid} on {socket.gethostname()}) is gone" in again.stdout
+    trials = optuna.load_study(study_name="catch", storage=f"sqlite:///{runs / 'catch' / 'study.db'}").get_trials()
+    assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.PRUNED]
+    assert not processes_using(runs)

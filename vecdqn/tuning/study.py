@@ -8,17 +8,25 @@ periodic evaluation (the last one for a finished run), or, with ``objective="tra
 return of the last 100 training games.
 
 The study lives in a database (SQLite by default, any SQLAlchemy URL), so a second invocation
-with the same name continues it, and several machines can share one. Trial states stay consistent
-when the tuner is stopped: a Ctrl-C (or SIGTERM) is forwarded to the running trial, which
-checkpoints and exits; the trial is then marked failed (its run can be resumed by hand) and the
-tuner exits 130 (143). A tuner killed outright leaves its trial "running" in the database (its
-run checkpoints and exits by itself, see `vecdqn.tuning.trial_run.child_main`); Optuna's
-heartbeat marks that trial failed when the study is next run.
+with the same name continues it, and several tuners, on one machine or several, can run it
+together: opening a SQLite study is serialized (`vecdqn.tuning.storage.opening_lock`), and each
+trial's sampler seed is drawn from the study's seed and the trial's number (`SeededTPESampler`),
+so tuners given one ``--sampler-seed`` do not sample the same values.
+
+Trial states stay consistent when the tuner is stopped: a Ctrl-C (or SIGTERM) is forwarded to the
+running trial, which checkpoints and exits; the trial is then marked failed (its run can be
+resumed by hand) and the tuner exits 130 (143). A tuner killed outright leaves its trial "running"
+in the database (its run checkpoints and exits by itself, see
+`vecdqn.tuning.trial_run.child_main`). Each trial records its tuner (`vecdqn.tuning.liveness`), so
+the next tuner that opens the study on the same host marks the trial failed if that tuner is gone
+(`fail_orphaned_trials`); a trial of a tuner on another host is marked failed by Optuna's
+heartbeat, ``GRACE_S`` after its last beat.
 """
 
 from __future__ import annotations
 
 import math
+import random
 import signal
 import time
 import warnings
@@ -26,20 +34,28 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState
 
-from vecdqn.tuning import StudyError
+from vecdqn.tuning import StudyError, liveness
 from vecdqn.tuning.space import Dimension
+from vecdqn.tuning.storage import hide_passwords, is_opening_race, opening_lock, shown_url, sqlite_folder
 from vecdqn.tuning.train_command import TrainCommand
 from vecdqn.tuning.trial_run import EventFollower, TrialProcess
 
-__all__ = ["StudyError", "StudyInterrupted", "TrialFailed", "TrialRunner", "make_pruner", "open_study",
-           "results_table"]
+__all__ = ["SeededTPESampler", "StudyError", "StudyInterrupted", "TrialFailed", "TrialRunner", "check_space",
+           "fail_orphaned_trials", "make_pruner", "open_study", "results_table", "trial_seed"]
 
 # Seconds between heartbeats of a running trial, and after which a silent one counts as dead
 # (a tuner killed outright; see the module docstring).
 HEARTBEAT_S = 60
 GRACE_S = 180
+# Tries at opening a study whose tables another tuner is creating at the same moment (a server
+# database; SQLite ones take turns under `opening_lock`), with a doubling pause from OPEN_PAUSE_S.
+OPEN_TRIES = 6
+OPEN_PAUSE_S = 0.1
 
 OBJECTIVE_LABELS = {"eval": "eval return", "train": "training return (last 100 games)"}
 
@@ -86,42 +102,178 @@ def make_pruner(kind: str, startup_trials: int = 5, warmup_steps: int = 0,
     raise StudyError(f"--pruner {kind!r} is not one of median, threshold, none")
 
 
+def trial_seed(seed: int, number: int) -> int:
+    """The sampler's seed for trial ``number`` of a study seeded with ``seed`` (>= 0): a 32-bit
+    draw of NumPy's ``SeedSequence((seed, number))``, so nearby seeds and numbers do not give
+    related streams."""
+    return int(np.random.SeedSequence((seed, number)).generate_state(1)[0])
+
+
+class SeededTPESampler(optuna.samplers.BaseSampler):
+    """Optuna's TPE sampler with its random state seeded afresh for each trial:
+    ``trial_seed(seed, trial number)``.
+
+    Why per trial: the storage hands out each trial number once, so tuners that run one study
+    together with one seed still draw differently; seeding each tuner once (say, with the seed
+    plus the trials so far) gives two tuners started together the same stream and the same
+    trials. One tuner alone samples the same values for the same seed and the same history.
+
+    Args:
+        seed: the study's seed (``--sampler-seed``), >= 0.
+    """
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.tpe = optuna.samplers.TPESampler(seed=trial_seed(seed, 0))  # replaced at each trial's start
+
+    def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        self.tpe = optuna.samplers.TPESampler(seed=trial_seed(self.seed, trial.number))
+        self.tpe.before_trial(study, trial)
+
+    def infer_relative_search_space(self, study: optuna.Study,
+                                    trial: optuna.trial.FrozenTrial) -> dict[str, BaseDistribution]:
+        return self.tpe.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        return self.tpe.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return self.tpe.sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, state: TrialState,
+                    values: Any) -> None:
+        self.tpe.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.tpe.reseed_rng()
+
+
 def open_study(name: str, storage_url: str, pruner: optuna.pruners.BasePruner, *, seed: int | None = None,
                objective: str, train_options: list[str]) -> optuna.Study:
     """Create the study, or load it if the storage holds one of that name.
 
     A loaded study must have been run with the same objective and fixed ``train.py`` options:
-    trials of different budgets or objectives are not comparable.
+    trials of different budgets or objectives are not comparable. Nothing is written to a study
+    that is refused. Tuners may open one study at the same moment: a SQLite one under
+    `opening_lock`, any one with up to ``OPEN_TRIES`` tries when another tuner is creating its
+    tables (`is_opening_race`).
 
     Args:
-        seed: the sampler's seed; offset by the number of trials so far, so a resumed study does
-            not sample its first trials' values again.
+        seed: the sampler's seed (`SeededTPESampler`: each trial's is drawn from it and the trial's
+            number); None: unseeded.
 
     Raises:
-        StudyError: the storage cannot be opened, or the study was run with another objective or
-            other fixed options.
+        StudyError: the storage cannot be opened (the URL shown without its password), or the study
+            was run with another objective or other fixed options.
     """
-    try:
-        with warnings.catch_warnings():  # the heartbeat is marked experimental; it has been there since Optuna 2.9
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            storage = optuna.storages.RDBStorage(storage_url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
-    except Exception as err:  # SQLAlchemy's and the driver's errors alike
-        raise StudyError(f"--storage {storage_url}: cannot open it ({type(err).__name__}: "
-                         f"{str(err).splitlines()[0] if str(err) else ''})") from None
-    study = optuna.create_study(study_name=name, storage=storage, direction="maximize", pruner=pruner,
-                                load_if_exists=True)
+    for attempt in range(OPEN_TRIES):
+        try:
+            with opening_lock(sqlite_folder(storage_url)):
+                study, created = _create_or_load(name, storage_url, pruner, seed)
+                if created:
+                    study.set_user_attr("objective", objective)
+                    study.set_user_attr("train_options", list(train_options))
+            break
+        except Exception as err:  # SQLAlchemy's and the driver's errors alike
+            if attempt + 1 < OPEN_TRIES and is_opening_race(err):
+                time.sleep(OPEN_PAUSE_S * 2**attempt * (1 + random.random()))
+                continue
+            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            raise StudyError(f"--storage {shown_url(storage_url)}: cannot open it ({type(err).__name__}: "
+                             f"{hide_passwords(first)})") from None
+    if created:
+        return study
     saved = study.user_attrs
-    if not saved:
-        study.set_user_attr("objective", objective)
-        study.set_user_attr("train_options", list(train_options))
-    elif saved.get("objective") != objective:
+    if saved.get("objective") != objective:
         raise StudyError(f"study {name!r} optimizes the {saved.get('objective')} objective, not {objective}; give "
                          f"--objective {saved.get('objective')} to continue it, or another --study-name")
-    elif saved.get("train_options") != list(train_options):
+    if saved.get("train_options") != list(train_options):
         raise StudyError(f"study {name!r} was run with the train.py options {' '.join(saved['train_options'])!r}, "
                          "not these; give the same options after -- to continue it, or another --study-name")
-    study.sampler = optuna.samplers.TPESampler(seed=None if seed is None else seed + len(study.trials))
     return study
+
+
+def _create_or_load(name: str, storage_url: str, pruner: optuna.pruners.BasePruner,
+                    seed: int | None) -> tuple[optuna.Study, bool]:
+    """The study and whether this call made it (a new study has no user attributes yet)."""
+    with warnings.catch_warnings():  # the heartbeat is marked experimental; it has been there since Optuna 2.9
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        storage = optuna.storages.RDBStorage(storage_url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
+    sampler = optuna.samplers.TPESampler() if seed is None else SeededTPESampler(seed)
+    study = optuna.create_study(study_name=name, storage=storage, direction="maximize", pruner=pruner,
+                                sampler=sampler, load_if_exists=True)
+    return study, not study.user_attrs
+
+
+def _distribution(dim: Dimension) -> BaseDistribution:
+    """What ``dim.suggest`` asks Optuna for."""
+    if dim.kind == "int":
+        return IntDistribution(int(dim.low), int(dim.high), log=dim.log)
+    if dim.kind == "float":
+        return FloatDistribution(float(dim.low), float(dim.high), log=dim.log)
+    return CategoricalDistribution(list(dim.choices))
+
+
+def _spec(dist: BaseDistribution) -> str:
+    """A distribution as a ``--space`` value: ``1:3``, ``0.0001:0.003:log``, ``true,false``."""
+    if isinstance(dist, CategoricalDistribution):
+        return ",".join(str(c).lower() if isinstance(c, bool) else str(c) for c in dist.choices)
+    assert isinstance(dist, (IntDistribution, FloatDistribution))
+    return f"{dist.low}:{dist.high}" + (":log" if dist.log else "")
+
+
+def _kind(dist: BaseDistribution) -> str:
+    if isinstance(dist, CategoricalDistribution):
+        return "choices"
+    assert isinstance(dist, (IntDistribution, FloatDistribution))
+    return f"a {'log-scale' if dist.log else 'linear'} {'integer ' if isinstance(dist, IntDistribution) else ''}range"
+
+
+def check_space(study: optuna.Study, dims: list[Dimension]) -> None:
+    """Refuse a dimension that Optuna cannot continue in this study: each must be sampled as the
+    study's trials sampled it, the same kind (range or choices), the same scale (log or linear),
+    and, for choices, the same ones in the same order; a range's ends may move. (Optuna itself
+    would fail the first trial that samples it.)
+
+    Raises:
+        StudyError: naming the dimension, the study's distribution and how to continue the study
+            or start a new one.
+    """
+    trials = study.get_trials(deepcopy=False)
+    for dim in dims:
+        old = next((t.distributions[dim.name] for t in trials if dim.name in t.distributions), None)
+        if old is None:
+            continue
+        new = _distribution(dim)
+        try:  # Optuna's own rule, the one its storage applies to each sampled value
+            optuna.distributions.check_distribution_compatibility(old, new)
+        except ValueError:
+            as_new = "other choices" if isinstance(old, CategoricalDistribution) and _kind(new) == "choices" \
+                else _kind(new)
+            moves = " (a range's ends may move)" if not isinstance(old, CategoricalDistribution) else ""
+            raise StudyError(
+                f"--space {dim.spec}: study {study.study_name!r} samples {dim.name}={_spec(old)} ({_kind(old)}), and "
+                f"Optuna cannot continue it as {as_new}; give --space {dim.name}={_spec(old)} to continue the "
+                f"study{moves}, or another --study-name to start a new study") from None
+
+
+def fail_orphaned_trials(study: optuna.Study) -> list[tuple[int, dict[str, Any]]]:
+    """Mark failed each running trial whose tuner has ended on this host (`liveness.is_gone`): a
+    tuner killed outright. Trials of tuners elsewhere are left to Optuna's heartbeat.
+
+    Returns:
+        ``(trial number, its tuner's identity)`` for each trial marked failed.
+    """
+    failed = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner = trial.user_attrs.get("tuner")
+        if liveness.is_gone(owner):
+            # skip_if_finished: another tuner may have marked it first.
+            study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
+            failed.append((trial.number, owner))
+    return failed
 
 
 class TrialRunner:
@@ -185,6 +337,7 @@ class TrialRunner:
         """
         if self.signum is not None:
             raise StudyInterrupted(self.signum)
+        trial.set_user_attr("tuner", liveness.identity())  # see fail_orphaned_trials
         params = {dim.name: dim.suggest(trial) for dim in self.dims}
         name = f"trial_{trial.number:04d}"
         run_dir = self.study_dir / name

@@ -16,7 +16,12 @@ from vecdqn.cli import UsageError, build_parser, explicit_options, parse_config
 from vecdqn.config import Config, option_flag
 from vecdqn.tuning.space import FIXED_BY_TUNER, Dimension, option_flags
 
-__all__ = ["CommandError", "TrainCommand"]
+__all__ = ["CommandError", "TrainCommand", "check_wandb_project"]
+
+# W&B's limits on a project name, which wandb.init enforces (wandb/sdk/wandb_settings.py,
+# validate_project): at most 128 characters, none of these.
+WANDB_PROJECT_MAX = 128
+WANDB_PROJECT_FORBIDDEN = "/\\#?%:"
 
 
 class CommandError(ValueError):
@@ -33,6 +38,31 @@ def _parse(argv: list[str]) -> Config:
         return parse_config(argv)[0]
     except UsageError as err:
         raise CommandError(str(err).removesuffix(" (see train.py --help)")) from None
+
+
+def check_wandb_project(config: Config) -> None:
+    """Refuse a ``--track`` run's ``--wandb-project`` that W&B refuses (`WANDB_PROJECT_MAX`,
+    `WANDB_PROJECT_FORBIDDEN`): each trial would fail at its start. Without ``--track`` the
+    project is not used.
+
+    Raises:
+        CommandError: the project, what W&B allows, and for ``team/project`` the ``--wandb-entity``
+            to give instead.
+    """
+    project = config.wandb_project
+    if not config.track or not project:
+        return
+    shown = repr(project if len(project) <= 40 else project[:37] + "...")
+    if len(project) > WANDB_PROJECT_MAX:
+        raise CommandError(f"--wandb-project {shown} is {len(project)} characters long; W&B takes at most "
+                           f"{WANDB_PROJECT_MAX}")
+    found = [c for c in WANDB_PROJECT_FORBIDDEN if c in project]
+    if found:
+        entity, _, rest = project.partition("/")
+        hint = (f"for a team's project give --wandb-entity {entity} --wandb-project {rest}"
+                if found == ["/"] and entity and rest and "/" not in rest else "choose a name without them")
+        raise CommandError(f"--wandb-project {shown}: W&B refuses a project name with any of "
+                           f"{' '.join(WANDB_PROJECT_FORBIDDEN)} (this one has {', '.join(map(repr, found))}); {hint}")
 
 
 @dataclass
@@ -52,15 +82,17 @@ class TrainCommand:
         """Parse and validate the fixed options.
 
         Raises:
-            CommandError: an option ``train.py`` refuses, or one the tuner sets itself
-                (``--run-name``, ``--resume``).
+            CommandError: an option ``train.py`` refuses, one the tuner sets itself (``--run-name``,
+                ``--resume``), or a ``--wandb-project`` W&B refuses (`check_wandb_project`).
         """
         given = explicit_options(build_parser(), options)
         for name in ("run_name", "resume"):
             if name in given:
                 raise CommandError(f"{option_flag(name)} cannot be a fixed option: the tuner starts each trial as a "
                                    "new run named <study>/trial_<number>")
-        return cls(list(options), _parse(list(options)))
+        config = _parse(list(options))
+        check_wandb_project(config)
+        return cls(list(options), config)
 
     def check_space(self, dims: list[Dimension]) -> None:
         """Every end (or choice) of every dimension, each alone and the low and high ends all

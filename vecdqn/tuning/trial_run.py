@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -44,6 +45,8 @@ __all__ = ["EVAL_TAG", "TRAIN_TAG", "EventFollower", "TrialProcess"]
 _CHILD = "from vecdqn.tuning.trial_run import child_main; child_main()"
 # The tuner's pid, as the child's parent; the child's watch compares its parent with it.
 _TUNER_PID = "VECDQN_TUNER_PID"
+# An error line as the scripts print it (`vecdqn.cli.error_line`): "train.py: error: <message>".
+ERROR_LINE = re.compile(r"(?:[\w.-]+: )?error: ")
 
 
 def child_main() -> None:
@@ -143,13 +146,13 @@ class TrialProcess:
         return code
 
     def error_line(self) -> str:
-        """The child's error message: its last line starting with ``error:`` (train.py's form),
-        else its last non-empty line."""
+        """The child's error message: its last ``train.py: error: ...`` line (`ERROR_LINE`: any
+        ``<program>: error:`` or a bare ``error:``), else its last non-empty line (a traceback's)."""
         try:
             lines = [ln.strip() for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
         except OSError:
             return ""
-        errors = [ln for ln in lines if ln.startswith("error:")]
+        errors = [ln for ln in lines if ERROR_LINE.match(ln)]
         return (errors or lines or [""])[-1]
 
 
