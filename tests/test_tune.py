@@ -111,10 +111,10 @@ def test_an_option_given_twice_is_refused():
     (["--space", "n_step=1:3", "--", "--preset", "catch"], "--objective eval needs periodic evaluations"),
     # W&B refuses these project names; every trial would fail at its start.
     (["--space", "n_step=1:3", "--n-trials", "1", "--", *TRAIN, "--track", "--wandb-project", "myteam/catch"],
-     "--wandb-project 'myteam/catch': W&B refuses a project name with any of / \\ # ? % : (this one has '/'); "
-     "for a team's project give --wandb-entity myteam --wandb-project catch"),
+     "--wandb-project myteam/catch: a W&B project name may not contain any of / \\ # ? % : (found /); for "
+     "project catch of entity myteam, give --wandb-entity myteam --wandb-project catch"),
     (["--space", "n_step=1:3", "--n-trials", "1", "--", *TRAIN, "--track", "--wandb-project", "p" * 129],
-     "is 129 characters long; W&B takes at most 128"),
+     "(129 characters): a W&B project name has at most 128 characters"),
     # Storage URLs that cannot be opened: the password never printed, no study folder left.
     (["--space", "n_step=1:3", "--storage", "postgresql://vecdqn:s3cret@127.0.0.1:1/db"],
      "--storage postgresql://vecdqn:***@127.0.0.1:1/db: cannot open it"),

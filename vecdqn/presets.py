@@ -151,6 +151,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         epsilon_end=0.01,
         epsilon_decay_steps=200_000,
         torch_threads=1,
+        # The update of each rollout on a second thread while the envs collect the next: 693
+        # against 488 agent steps/s (docs/performance.md); the actions lag one rollout.
+        overlap_update=True,
         log_every=10_000,
         checkpoint_every=50_000,
         keep_checkpoints=True,

@@ -25,15 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from vecdqn.cli import OPTION_TYPES, option_flags
-from vecdqn.config import option_flag
+from vecdqn.config import option_flag, options_with
 
 __all__ = ["FIXED_BY_TUNER", "Dimension", "SpaceError", "option_flags", "parse_dimension", "parse_space",
            "read_space_file"]
 
-# Options a trial cannot vary: the tuner names each trial's run, and a preset or tracking is not a
-# hyperparameter (vary the preset's values instead).
-FIXED_BY_TUNER = ("run_name", "log_dir", "resume", "preset", "track", "wandb_project", "wandb_entity",
-                  "wandb_group")
+# Options a trial cannot vary (`vecdqn.config.options_with`): the tuner names each trial's run, and a
+# preset or tracking is not a hyperparameter (vary the preset's values instead).
+FIXED_BY_TUNER = options_with("fixed_by_tuner")
 
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")

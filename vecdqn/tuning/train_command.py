@@ -9,19 +9,14 @@ on a value the space could have been told to avoid.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
 from typing import Any
 
 from vecdqn.cli import UsageError, build_parser, explicit_options, parse_config
 from vecdqn.config import Config, option_flag
+from vecdqn.tracking import check_wandb_names
 from vecdqn.tuning.space import FIXED_BY_TUNER, Dimension, option_flags
 
 __all__ = ["CommandError", "TrainCommand", "check_wandb_project"]
-
-# W&B's limits on a project name, which wandb.init enforces (wandb/sdk/wandb_settings.py,
-# validate_project): at most 128 characters, none of these.
-WANDB_PROJECT_MAX = 128
-WANDB_PROJECT_FORBIDDEN = "/\\#?%:"
 
 
 class CommandError(ValueError):
@@ -41,31 +36,22 @@ def _parse(argv: list[str]) -> Config:
 
 
 def check_wandb_project(config: Config) -> None:
-    """Refuse a ``--track`` run's ``--wandb-project`` that W&B refuses (`WANDB_PROJECT_MAX`,
-    `WANDB_PROJECT_FORBIDDEN`): each trial would fail at its start. Without ``--track`` the
-    project is not used.
+    """Refuse a ``--track`` run's ``--wandb-project`` that W&B refuses
+    (`vecdqn.tracking.check_wandb_names`): each trial would fail at its start. Without
+    ``--track`` the project is not used.
 
     Raises:
         CommandError: the project, what W&B allows, and for ``team/project`` the ``--wandb-entity``
             to give instead.
     """
-    project = config.wandb_project
-    if not config.track or not project:
+    if not config.track:
         return
-    shown = repr(project if len(project) <= 40 else project[:37] + "...")
-    if len(project) > WANDB_PROJECT_MAX:
-        raise CommandError(f"--wandb-project {shown} is {len(project)} characters long; W&B takes at most "
-                           f"{WANDB_PROJECT_MAX}")
-    found = [c for c in WANDB_PROJECT_FORBIDDEN if c in project]
-    if found:
-        entity, _, rest = project.partition("/")
-        hint = (f"for a team's project give --wandb-entity {entity} --wandb-project {rest}"
-                if found == ["/"] and entity and rest and "/" not in rest else "choose a name without them")
-        raise CommandError(f"--wandb-project {shown}: W&B refuses a project name with any of "
-                           f"{' '.join(WANDB_PROJECT_FORBIDDEN)} (this one has {', '.join(map(repr, found))}); {hint}")
+    try:
+        check_wandb_names(config.to_dict())
+    except ValueError as err:
+        raise CommandError(str(err)) from None
 
 
-@dataclass
 class TrainCommand:
     """The fixed ``train.py`` options of a study and what they resolve to.
 
