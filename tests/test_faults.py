@@ -241,20 +241,17 @@ def test_sticky_actions_default_to_the_env_ids_own(env_id, sticky):
     assert env.unwrapped.ale.getFloat("repeat_action_probability") == sticky
 
 
-def test_no_eta_during_the_warm_up(tmp_path, capsys):
+def test_one_bar_from_start_to_end_with_the_warm_up_marked(tmp_path, capsys):
+    """One bar for the whole run, as tqdm users expect: the warm-up is a mark in its postfix, not a
+    bar of its own, and the count it draws never goes back or starts again."""
     logger = MetricsLogger(str(tmp_path), {}, 1_000, initial_step=40, progress=True)  # a resumed run
-    assert "warm-up" in logger.bar.bar_format and "remaining" not in logger.bar.bar_format
-    logger.progress(96)
     bar = logger.bar
+    logger.progress(96, mean_return=0.5, games=3)
+    assert "warm-up" in bar.postfix
     logger.learning_started(100)
-    # One bar goes on (no second bar line), in tqdm's default format (rate and ETA), its rate
-    # counted from agent step 100 on.
-    assert logger.bar is bar and bar.bar_format is None and bar.n == bar.initial == 100
-    logger.progress(164)
-    assert bar.n == 164 and bar.format_dict["initial"] == 100
+    logger.progress(164, mean_return=0.5, games=4)
+    assert logger.bar is bar and "warm-up" not in bar.postfix and bar.n == 164
     logger.close()
-    # The count the bar draws never goes back: tqdm's reset() alone would draw "0/1000", with a
-    # nonsense rate, into a log file at the switch.
     drawn = [line for line in capsys.readouterr().err.replace("\r", "\n").splitlines() if "/1000" in line]
     counts = [int(line.split("/1000")[0].split()[-1]) for line in drawn]
     assert counts[0] == 40 and counts[-1] == 164 and counts == sorted(counts), counts

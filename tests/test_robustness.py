@@ -75,7 +75,7 @@ def test_a_run_resumed_between_checkpoints_keeps_the_uninterrupted_runs_checkpoi
         acc.Reload()
         return [e.step for e in acc.Scalars("charts/epsilon")]
 
-    assert kept(tmp_path / "a") == kept(tmp_path / "b") == [200, 400]
+    assert kept(tmp_path / "a") == kept(tmp_path / "b") == [200, 400, 600]  # the end too: a longer run keeps it
     assert logged(tmp_path / "a") == [100, 200, 300, 400, 500, 600]
     assert logged(tmp_path / "b") == [100, 200, 250, 300, 400, 500, 600]  # + the stop's own log
 

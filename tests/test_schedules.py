@@ -95,8 +95,8 @@ def test_training_logs_and_applies_the_scheduled_values(tmp_path):
     lr = {e.step: e.value for e in acc.Scalars("charts/learning_rate")}
     assert eps[100] == pytest.approx(0.75) and eps[300] == pytest.approx(0.275) and eps[600] == pytest.approx(0.05)
     assert beta[300] == pytest.approx(0.7)
-    # The optimizer's own value, set before the updates of each vector step.
-    assert lr[200] == pytest.approx(1e-3 - 0.9e-3 * 198 / 400, rel=1e-5)
+    # The schedule's value at the logged step (the optimizer's is set before each vector step's updates).
+    assert lr[200] == pytest.approx(1e-3 - 0.9e-3 * 200 / 400, rel=1e-5)
     assert lr[600] == pytest.approx(1e-4)
     assert trainer.core.learner.agent.optimizer.param_groups[0]["lr"] == pytest.approx(1e-4)
     assert torch.isfinite(next(trainer.core.learner.agent.online.parameters())).all()

@@ -375,6 +375,8 @@ class TrainingCore:
         self._clock = {"start": (time.perf_counter(), s.step), "learning": None}
         try:
             collector.start()
+            if self.stop.signum is not None:  # stopped while starting (e.g. during Ray's start)
+                raise Interrupted(self.stop.signum, self.save_checkpoint("latest.pt", collector))
             while s.step < c.total_steps:
                 collector.collect()
                 self._after_collect(collector)

@@ -22,8 +22,8 @@ def run_name(config: Config, now: float | None = None) -> str:
 
 
 def claim(run_dir: Path, *, new: bool, chosen: bool) -> tuple[Path, int]:
-    """Make ``run_dir`` this process's: an exclusive lock on its ``.lock`` file, which the kernel
-    releases however the process ends. A new run whose name was not chosen (no ``--run-name``)
+    """Make ``run_dir`` this process's: an exclusive lock (``flock``) on the folder, which the
+    kernel releases however the process ends. A new run whose name was not chosen (no ``--run-name``)
     and whose folder is taken (a run started in the same second) moves to ``<name>-2``,
     ``<name>-3``, ...
 
@@ -42,7 +42,7 @@ def claim(run_dir: Path, *, new: bool, chosen: bool) -> tuple[Path, int]:
     while True:
         folder = base if suffix == 1 else base.with_name(f"{base.name}-{suffix}")
         folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+        fd = os.open(folder, os.O_RDONLY)  # the folder itself is locked: no file of its own left behind
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             why = "already holds a run" if new and (folder / "config.json").exists() else ""

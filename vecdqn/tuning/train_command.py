@@ -9,6 +9,7 @@ on a value the space could have been told to avoid.
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from typing import Any
 
 from vecdqn.cli import UsageError, build_parser, explicit_options, parse_config
@@ -52,6 +53,7 @@ def check_wandb_project(config: Config) -> None:
         raise CommandError(str(err)) from None
 
 
+@dataclass
 class TrainCommand:
     """The fixed ``train.py`` options of a study and what they resolve to.
 
