@@ -1,0 +1,252 @@
+"""The documentation keeps its commands honest.
+
+Every command in README.md and docs/*.md (fenced code blocks and inline `code`) that runs one of
+the scripts (``scripts/train.py``, ``evaluate.py``, ``plot.py``, ``tune.py``, ``benchmark.py``)
+is parsed, and each option it uses must be one of that script's parser's option strings (for
+``tune.py``, the options after ``--`` are ``train.py``'s). Inline code that names an option alone
+(`--q-lambda`) must name an option of some script. A renamed or removed option therefore fails
+here until the docs follow. Also checked: README's size and shape, its set-up commands, and that
+every relative link points at a file (and heading) that exists.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from vecdqn.cli import build_parser as train_parser
+from vecdqn.presets import PRESETS
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+SCRIPTS = ("train", "evaluate", "plot", "tune", "benchmark")
+
+# The set-up commands of the README, kept as they are (CI's .ci/run installs the same way).
+SETUP_COMMANDS = (
+    "pip install torch==2.13.0 -e . && python scripts/train.py --preset catch",
+    'pip install torch==2.13.0 -e ".[dev,plot,ray,track,tune]" && python -m pytest',
+)
+# Options of other programs that the docs name in inline code on their own (pip's, Ray's).
+FOREIGN_OPTIONS = {"--index-url", "--extra-index-url", "--head", "--address"}
+
+SCRIPT_RE = re.compile(r"(?<![\w.-])scripts/(" + "|".join(SCRIPTS) + r")\.py\b")
+FENCE_RE = re.compile(r"^\s*(```|~~~)")
+SHELL_OPERATORS = {"&&", "||", "|", ";", "&"}
+
+
+@functools.cache
+def script_options(name: str) -> frozenset[str]:
+    """Every option string of ``scripts/<name>.py``'s parser (``--no-x`` forms included)."""
+    if name == "train":
+        parser = train_parser()
+    else:
+        spec = importlib.util.spec_from_file_location(f"_docs_script_{name}", ROOT / "scripts" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        parser = module.build_parser()
+    # argparse has no public list of a parser's options (vecdqn.cli.explicit_options reads the same)
+    return frozenset(flag for action in parser._actions for flag in action.option_strings)  # noqa: SLF001
+
+
+@functools.cache
+def all_options() -> frozenset[str]:
+    return frozenset().union(*(script_options(name) for name in SCRIPTS))
+
+
+def split_markdown(text: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """``(code lines, prose lines)`` as ``(line number, text)``: the lines of fenced code blocks
+    (a line ending in ``\\`` joined with the next) and every other line."""
+    code, prose, fenced, pending = [], [], False, None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if FENCE_RE.match(line):
+            fenced = not fenced
+            continue
+        if not fenced:
+            prose.append((number, line))
+            continue
+        if pending is not None:
+            start, joined = pending
+            line, number = joined + " " + line.strip(), start
+        if line.rstrip().endswith("\\"):
+            pending = (number, line.rstrip()[:-1])
+            continue
+        pending = None
+        code.append((number, line))
+    return code, prose
+
+
+def inline_spans(prose: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The inline code spans of the prose, as ``(line number, text)``; a span may run over a
+    line break within a paragraph (the break reads as a space)."""
+    spans, paragraph = [], []
+    for number, line in [*prose, (0, "")]:
+        if line.strip():
+            paragraph.append((number, line))
+            continue
+        text = "\n".join(line for _, line in paragraph)
+        starts = [n for n, _ in paragraph]
+        for match in re.finditer(r"(`+)(.+?)\1", text, flags=re.S):
+            first = starts[text.count("\n", 0, match.start())]
+            spans.append((first, match.group(2).replace("\n", " ").strip()))
+        paragraph = []
+    return spans
+
+
+def tokens_of(command: str) -> list[str]:
+    """Shell words of ``command`` (quotes removed, ``#`` comments dropped)."""
+    try:
+        return shlex.split(command, comments=True)
+    except ValueError:  # an unbalanced quote in prose: plain words are good enough here
+        return command.split()
+
+
+def commands_in(text: str) -> list[tuple[str, list[str]]]:
+    """Each script run in ``text``: ``(script name, its arguments)`` up to the end of its command
+    (a shell operator or a redirection)."""
+    found = []
+    for match in SCRIPT_RE.finditer(text):
+        args = []
+        for token in tokens_of(text[match.end():]):
+            if token in SHELL_OPERATORS or token == "<" or token.startswith((">", "1>", "2>")):
+                break
+            args.append(token)
+        found.append((match.group(1), args))
+    return found
+
+
+def option_problems(script: str, args: list[str]) -> list[str]:
+    """What is wrong with the options of one command: unknown options, unknown presets."""
+    problems, parser_of = [], script
+    for i, raw in enumerate(args):
+        token = raw.strip("[],")
+        if token == "--" and script == "tune":
+            parser_of = "train"  # tune.py passes what follows -- to train.py
+            continue
+        if " " in token or not re.match(r"-(-[a-z]|[A-Za-z])", token):
+            continue  # a value (a quoted string of options, a number, a path)
+        flag = token.split("=", 1)[0]
+        if flag not in script_options(parser_of):
+            problems.append(f"{flag} is not an option of scripts/{parser_of}.py")
+        if flag == "--preset" and parser_of == "train":
+            value = token.split("=", 1)[1] if "=" in token else (args[i + 1] if i + 1 < len(args) else "")
+            if re.fullmatch(r"[a-z0-9-]+", value) and value not in PRESETS:
+                problems.append(f"--preset {value} is not a preset (there are {sorted(PRESETS)})")
+    return problems
+
+
+def page_problems(path: Path) -> tuple[list[str], set[str]]:
+    """``(problems, the scripts whose commands were checked)`` of one Markdown page."""
+    code, prose = split_markdown(path.read_text())
+    spans = inline_spans(prose)
+    problems, seen = [], set()
+    for number, text in code + spans:
+        for script, args in commands_in(text):
+            seen.add(script)
+            problems += [f"{path.name}:{number}: {p} (in: {text})" for p in option_problems(script, args)]
+    for number, text in spans:
+        first = text.split()[0] if text.split() else ""
+        named = re.match(r"--[a-z][a-z0-9-]*", first)
+        if named and not SCRIPT_RE.search(text):
+            flag = named.group(0)
+            if flag not in all_options() and flag not in FOREIGN_OPTIONS:
+                problems.append(f"{path.name}:{number}: `{text}` names {flag}, an option of no script")
+    for number, line in prose:  # a command in plain prose would escape the checks above
+        outside = re.sub(r"(`+).+?\1", "", line)
+        if SCRIPT_RE.search(outside):
+            problems.append(f"{path.name}:{number}: a script named outside code; put it in `code`: {line.strip()}")
+    return problems, seen
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_documented_option_exists(path):
+    problems, _ = page_problems(path)
+    assert not problems, "\n".join(problems)
+
+
+def test_every_script_has_a_checked_command():
+    """The extraction finds commands at all: each script is run somewhere in the docs."""
+    seen = set().union(*(page_problems(path)[1] for path in PAGES))
+    assert seen == set(SCRIPTS)
+
+
+@pytest.mark.parametrize("command, problem", [
+    ("python scripts/train.py --preset catch --totl-steps 100", "--totl-steps is not an option of scripts/train.py"),
+    ("python scripts/train.py --preset cartpole", "--preset cartpole is not a preset"),
+    ("python scripts/evaluate.py runs/<run> --episode 3", "--episode is not an option of scripts/evaluate.py"),
+    ("python scripts/tune.py --n-trials 2 -- --preset catch --no-such",
+     "--no-such is not an option of scripts/train.py"),
+    ("python scripts/plot.py runs/a -x out.png", "-x is not an option of scripts/plot.py"),
+])
+def test_a_renamed_option_is_caught(tmp_path, command, problem):
+    page = tmp_path / "page.md"
+    page.write_text(f"Run it:\n\n```bash\n{command}\n```\n\nor inline: `{command}`.\n")
+    problems, seen = page_problems(page)
+    assert len(problems) == 2 and all(problem in p for p in problems), problems
+    page.write_text("Prose with `--no-such-flag` alone.\n")
+    assert "an option of no script" in page_problems(page)[0][0]
+
+
+def test_commands_are_cut_at_shell_operators_and_continued_over_backslashes(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("```bash\npython scripts/train.py --preset catch \\\n    --seed 2 && ls --no-such\n```\n")
+    code, _ = split_markdown(page.read_text())
+    assert code == [(2, "python scripts/train.py --preset catch  --seed 2 && ls --no-such")]
+    assert commands_in(code[0][1]) == [("train", ["--preset", "catch", "--seed", "2"])]
+    assert page_problems(page)[0] == []
+
+
+def test_readme_shape():
+    text = README.read_text()
+    lines = text.splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines; keep it at most 250 (details go to docs/)"
+    _, prose = split_markdown(text)
+    long = [f"{n}: {len(line)} characters" for n, line in prose if len(line) > 200]
+    assert not long, "README.md lines over 200 characters outside code blocks:\n" + "\n".join(long)
+    cells = [f"{n}: {cell.strip()[:40]}..." for n, line in prose if line.lstrip().startswith("|")
+             for cell in line.strip().strip("|").split("|") if len(cell.strip()) > 200]
+    assert not cells, "README.md table cells over 200 characters:\n" + "\n".join(cells)
+    first_install = next(n for n, line in enumerate(lines, start=1) if "pip install" in line)
+    assert first_install <= 40, f"the first pip install is on line {first_install}; bring it within the first 40"
+    code, _ = split_markdown(text)
+    for command in SETUP_COMMANDS:
+        assert command in [line.strip() for _, line in code], f"README.md lost its set-up command: {command}"
+
+
+def github_slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[`*]|\[([^]]*)\]\([^)]*\)", r"\1", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    _, prose = split_markdown(path.read_text())
+    found: dict[str, int] = {}
+    for _, line in prose:
+        match = re.match(r"#{1,6}\s+(.*)", line)
+        if match:
+            slug = github_slug(match.group(1))
+            found[slug if slug not in found else f"{slug}-{found[slug]}"] = found.get(slug, 0) + 1
+    return set(found)
+
+
+@pytest.mark.parametrize("path", [*PAGES, ROOT / "runs" / "README.md"], ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_links_point_at_what_exists(path):
+    _, prose = split_markdown(path.read_text())
+    problems = []
+    for number, line in prose:
+        for target in re.findall(r"\]\(([^)\s]+)\)", re.sub(r"(`+).+?\1", "", line)):
+            if re.match(r"[a-z]+:", target):
+                continue  # https:, mailto:
+            file, _, anchor = target.partition("#")
+            linked = (path.parent / file).resolve() if file else path
+            if not linked.exists():
+                problems.append(f"{path.name}:{number}: {target}: no such file")
+            elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+                problems.append(f"{path.name}:{number}: {target}: no heading #{anchor} in {linked.name}")
+    assert not problems, "\n".join(problems)
