@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Train a DQN agent on an Atari game: ``python scripts/train.py --help`` lists every option.
+"""Train a Q-learning agent (DQN, or PQN with ``--algo pqn``) on an Atari game:
+``python scripts/train.py --help`` lists every option.
 
 Example (a short CPU run)::
 

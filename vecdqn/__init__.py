@@ -1,6 +1,7 @@
 """vecdqn: a Deep Q-Network trainer for Atari 2600 games.
 
-Double DQN, dueling network and prioritized replay, fed by custom gymnasium wrappers running in
+Double DQN, dueling network and prioritized replay, or PQN (``--algo pqn``: Q(lambda) over the
+vector env's rollouts), fed by custom gymnasium wrappers running in
 ``gymnasium.vector.AsyncVectorEnv`` subprocesses.
 """
 

@@ -11,7 +11,9 @@ agent steps = 4N emulator frames with the default frame skip), unless the name o
 frames.
 
 Defaults follow the usual Nature-DQN / Rainbow-style Atari setting (Mnih et al. 2015, Methods;
-Hessel et al. 2018, Table 1; Dopamine's Rainbow configuration), scaled by agent steps.
+Hessel et al. 2018, Table 1; Dopamine's Rainbow configuration), counted in agent steps: where a
+paper counts frames (Rainbow's 80K-frame warm-up is 20,000 agent steps) the default here may be
+longer (``learning_starts`` 80,000 agent steps).
 """
 
 from __future__ import annotations
@@ -161,7 +163,8 @@ class Config:
     learning_starts: int = _f(80_000, "agent steps of experience collected before the first update", "dqn_only")
     train_frequency: int = _f(4, "one gradient update every this many agent steps", "dqn_only")
     batch_size: int = _f(32, "transitions per gradient update", "dqn_only")
-    learning_rate: float = _f(6.25e-5, "Adam learning rate (constant; see --learning-rate-schedule)")
+    learning_rate: float = _f(6.25e-5, "learning rate of Adam (DQN) or RAdam (PQN) (constant; see "
+                                       "--learning-rate-schedule)")
     learning_rate_schedule: str = _f("", "learning rate as 'step:value,...' pairs in agent steps, linear between "
                                          "them and constant after the last (replaces --learning-rate)")
     adam_eps: float = _f(1.5e-4, "Adam epsilon", "dqn_only")

@@ -1,4 +1,5 @@
-"""Named starting points of a run: ``--preset catch``, ``--preset pong``, ``--preset labml``.
+"""Named starting points of a run: ``--preset catch``, ``pong``, ``labml`` (DQN), ``catch-pqn``
+and ``pong-pqn`` (PQN).
 
 Each preset maps `vecdqn.config.Config` option names to values; explicit command-line options
 win over them. Units as in `Config`: agent steps summed over envs unless a name says frames.
@@ -85,7 +86,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Huber loss, prioritized replay, 8 worker processes), converted to agent steps: there one
     # "update" collects 8 workers x 4 steps = 32 transitions and then trains 8 minibatches of
     # 32, i.e. one update of 32 every 4 agent steps; its 1,000,000 updates are 32,000,000 agent
-    # steps. vecdqn keeps its own DeepMind-protocol wrappers (see README).
+    # steps. vecdqn keeps its own DeepMind-protocol wrappers (docs/presets.md).
     "labml": dict(
         env_id="BreakoutNoFrameskip-v4",
         num_envs=8,

@@ -179,7 +179,7 @@ def default_torch_threads(num_envs: int, cpu_count: int | None = None, device_ty
     Why: on the CPU the learner is the bottleneck by far (an update costs several times the
     workers' CPU for one vector step, and `Trainer` overlaps the two), so it gets every core.
     A learner thread only loses badly to workers that are busy all the time (an env-bound
-    run), which is the GPU case: there the workers get the cores. The README's Performance
+    run), which is the GPU case: there the workers get the cores. docs/performance.md's
     section has the measured figures.
     """
     cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
