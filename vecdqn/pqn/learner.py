@@ -90,6 +90,7 @@ class PQNLearner:
         self.acting: torch.nn.Module | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._pending: tuple[Future, float, float] | None = None
+        self._unreported: dict[str, float] | None = None  # the finished update's metrics
         if c.overlap_update:
             self.acting = copy.deepcopy(self.agent.online).requires_grad_(False)
             self._learning = {name: np.zeros_like(array) for name, array in self.rollout.items()}
@@ -189,9 +190,10 @@ class PQNLearner:
             report(self._update(r, returns))
             self._note(float(returns.mean()), collected, rollout_sps)
             return
-        previous = self._finish()
-        if previous is not None:
-            report(previous)
+        self._finish()
+        if self._unreported is not None:
+            report(self._unreported)
+            self._unreported = None
         self.acting.load_state_dict(self.agent.online.state_dict())
         self.rollout, self._learning = self._learning, self.rollout  # the next rollout fills the other
         self._pending = (self._executor.submit(self._update, self._learning, returns), float(returns.mean()),
@@ -212,15 +214,15 @@ class PQNLearner:
             self._scalars["pqn/rollout_sps"] = rollout_sps
             self._collect_start = done
 
-    def _finish(self) -> dict[str, float] | None:
-        """Wait for the update in flight (if any); its metrics."""
+    def _finish(self) -> None:
+        """Wait for the update in flight (if any); keep its metrics for the next `learn` to report
+        (also when an evaluation or a checkpoint was what waited)."""
         if self._pending is None:
-            return None
+            return
         future, return_mean, started = self._pending
         self._pending = None
-        metrics = future.result()
+        self._unreported = future.result()
         self._note(return_mean, started)
-        return metrics
 
     def scalars(self, step: int) -> dict[str, float]:
         """``charts/learning_rate`` and, once a rollout was learned from, the last one's
