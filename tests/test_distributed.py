@@ -268,8 +268,8 @@ def test_an_actor_whose_env_raises_stops_the_run_with_a_checkpoint(tmp_path, loc
     with pytest.raises(WorkerError) as failure:
         trainer.run()
     message = str(failure.value)
-    assert re.fullmatch(r"actor 1 failed: env 1 failed at agent step \d+: RuntimeError: emulator exploded on step 50",
-                        message), message
+    assert re.fullmatch(r"actor 1 failed: env 1 \(vecdqn-test/RaisingCatch-v0\) failed at agent step \d+: "
+                        r"RuntimeError: emulator exploded on step 50", message), message
     saved = checkpoint.load(trainer.core.failure_checkpoint)
     assert trainer.core.failure_checkpoint == tmp_path / "run" / "checkpoints" / "latest.pt"
     assert 0 < saved["train_state"]["step"] < 4_000
