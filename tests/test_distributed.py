@@ -12,6 +12,7 @@ import resource
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -255,24 +256,51 @@ def test_killed_actor_is_restarted_and_the_run_finishes(tmp_path, local_ray):
     assert tags(result["run_dir"])["distributed/actor_restarts"][-1] == 1
 
 
-def test_an_actor_whose_env_raises_stops_the_run_with_a_checkpoint(tmp_path, local_ray):
-    """Finding 3: one line naming the actor and the cause (not an 18-line remote traceback in
-    colour), after a checkpoint; the command line adds the checkpoint's path and exits 1, as for a
-    failed env worker of the single-process trainer."""
-    from helpers import RAISING_CATCH_ID, register_test_envs
+def test_an_actor_whose_env_raises_stops_the_run_in_one_line(tmp_path, local_ray):
+    """Finding 3, from the command line: a checkpoint, then exit code 1 and on stderr one line
+    naming the actor, its env, the env id and the exception, without colour codes (it was Ray's
+    15-line remote traceback in colour); the actor's and the env worker's tracebacks are in the
+    run folder's error.log. The run joins the module's Ray instance (RAY_ADDRESS), its actors
+    registering the test envs as the fixture's workers do."""
+    from helpers import RAISING_CATCH_ID
 
-    from vecdqn.envs import WorkerError
+    tests = Path(__file__).resolve().parent
+    path = os.pathsep.join((str(tests.parent), str(tests)))
+    script = tmp_path / "train_raising.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
 
-    register_test_envs()
-    trainer = distributed(tmp_path, env_id=RAISING_CATCH_ID, total_steps=4_000, run_name="run")
-    with pytest.raises(WorkerError) as failure:
-        trainer.run()
-    message = str(failure.value)
-    assert re.fullmatch(r"actor 1 failed: env 1 \(vecdqn-test/RaisingCatch-v0\) failed at agent step \d+: "
-                        r"RuntimeError: emulator exploded on step 50", message), message
-    saved = checkpoint.load(trainer.core.failure_checkpoint)
-    assert trainer.core.failure_checkpoint == tmp_path / "run" / "checkpoints" / "latest.pt"
-    assert 0 < saved["train_state"]["step"] < 4_000
+        import ray
+        from helpers import RAISING_CATCH_ID, register_test_envs
+        from vecdqn.cli import main
+
+        register_test_envs()  # actor 1's env 1 is seeded 7 + 1 x 2 + 1 = 10: it raises on its 50th step
+        init = ray.init
+        ray.init = lambda **kwargs: init(**kwargs, runtime_env={{
+            "env_vars": {{"PYTHONPATH": {path!r}}}, "worker_process_setup_hook": "helpers.register_test_envs"}})
+        sys.exit(main(["--preset", "catch", "--env-id", RAISING_CATCH_ID, "--actors", "2", "--actor-envs", "2",
+                       "--seed", "7", "--buffer-size", "2000", "--learning-starts", "100", "--hidden-size", "32",
+                       "--actor-block-steps", "8", "--weight-sync-every", "4", "--total-steps", "4000",
+                       "--log-dir", {str(tmp_path)!r}, "--run-name", "run"]))
+    """))
+    address = local_ray.get_runtime_context().gcs_address
+    failed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": path, "RAY_ADDRESS": address})
+    run = tmp_path / "run"
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert "\x1b" not in failed.stderr and "Traceback" not in failed.stderr, failed.stderr[-3000:]
+    lines = [line.strip() for line in failed.stderr.replace("\r", "\n").splitlines() if line.strip()]
+    assert re.fullmatch(
+        rf"train\.py: error: actor 1: env 1 \({re.escape(RAISING_CATCH_ID)}\) failed at agent step \d+: "
+        rf"RuntimeError: emulator exploded on step 50; last checkpoint: "
+        rf"{re.escape(str(run / 'checkpoints' / 'latest.pt'))}; traceback in {re.escape(str(run / 'error.log'))}",
+        lines[-1]), lines[-3:]
+    assert sum("emulator exploded" in line for line in lines) == 1, lines
+    log = (run / "error.log").read_text()
+    assert "ray::Actor.collect()" in log  # the actor's traceback, then its env worker's:
+    assert re.search(r'helpers\.py", line \d+, in step\n(?:.*\n){1,3}RuntimeError: emulator exploded on step 50',
+                     log), log
+    assert 0 < checkpoint.load(run / "checkpoints" / "latest.pt")["train_state"]["step"] < 4_000
 
 
 def scalar_steps(run_dir: str, tag: str) -> list[int]:

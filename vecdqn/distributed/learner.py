@@ -157,8 +157,9 @@ class DistributedTrainer(TrainerBase):
         Raises:
             Interrupted: after SIGINT/SIGTERM, once the checkpoint is written (actors, and a
                 local Ray instance, are stopped either way).
-            WorkerError: an actor's env failed (one line naming the actor; a checkpoint is
-                written first).
+            WorkerError: an actor's env failed (one line naming the actor, its env, the env id
+                and the exception; the tracebacks are its ``details``; a checkpoint is written
+                first).
             NonFiniteError: as `vecdqn.trainer.Trainer.run`.
         """
         c, core = self.config, self.core
