@@ -6,15 +6,18 @@ instance for the module (about 10 s on 2 cores) and run the real learner on Catc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -191,6 +194,80 @@ def test_preflight_counts_the_actors_env_workers(tmp_path, monkeypatch):
     with pytest.raises(preflight.ConfigError, match=r"--actors 400 x --actor-envs 8 about 156.2 GiB for 3200 env"):
         preflight.preflight(config)
     preflight.preflight(catch_config(tmp_path, buffer_size=40_000, num_envs=2, actors=4, actor_envs=8))
+
+
+@contextlib.contextmanager
+def closed_port() -> Iterator[int]:
+    """A local TCP port that refuses connections (bound, not listening) while the block lasts."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
+def test_a_ray_address_where_nothing_answers_is_refused_naming_where_it_came_from(tmp_path, monkeypatch):
+    """The address check of the preflight: ``--ray-address``, or ``RAY_ADDRESS`` replacing an empty
+    or ``auto`` one as in ``ray.init``; ``auto`` is the address ``ray start --head`` recorded."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    with closed_port() as port:
+        address = f"127.0.0.1:{port}"
+        with pytest.raises(preflight.ConfigError, match=rf"^--ray-address {address}: no Ray instance answers at "
+                           rf"{address} \(Connection refused\); start the cluster \('ray start --head'\)"):
+            preflight.check_ray_address(catch_config(tmp_path, actors=1, ray_address=address))
+        monkeypatch.setenv("RAY_ADDRESS", address)
+        assert preflight.ray_address("") == preflight.ray_address("auto") == (address, "RAY_ADDRESS")
+        assert preflight.ray_address("10.0.0.5:6379") == ("10.0.0.5:6379", "--ray-address")  # the option wins
+        monkeypatch.setenv("RAY_ADDRESS", "auto")
+        preflight.check_ray_address(catch_config(tmp_path, actors=1))  # nothing recorded: Ray looks for one itself
+        record = tmp_path / "ray" / "ray_current_cluster"
+        record.parent.mkdir()
+        record.write_text(address + "\n")
+        with pytest.raises(preflight.ConfigError, match=rf"^RAY_ADDRESS=auto: no Ray instance answers at {address} "
+                           rf"\(the instance recorded in {re.escape(str(record))}\) \(Connection refused\); "
+                           "unset RAY_ADDRESS"):
+            preflight.check_ray_address(catch_config(tmp_path, actors=1))
+    monkeypatch.setenv("RAY_ADDRESS", "head-node")
+    with pytest.raises(preflight.ConfigError, match=r"^RAY_ADDRESS=head-node: 'head-node' is not host:port; unset"):
+        preflight.check_ray_address(catch_config(tmp_path, actors=1))
+
+
+def test_a_ray_instance_that_refuses_the_run_is_one_line_and_leaves_no_run_folder(tmp_path, monkeypatch):
+    """What the preflight cannot see (``auto`` with no instance recorded, a port that is not
+    Ray's): Ray's ConnectionError becomes one line naming the address, and the run folder is
+    claimed only once Ray is up."""
+    ray = pytest.importorskip("ray")
+    from vecdqn.distributed.learner import DistributedTrainer
+
+    def refuse(**kwargs):
+        raise ConnectionError("Could not find any running Ray instance. Please specify the one to connect to.")
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "no-ray"))  # no instance recorded
+    monkeypatch.setattr(ray, "init", refuse)
+    trainer = DistributedTrainer(catch_config(tmp_path, actors=1, ray_address="auto", run_name="run"),
+                                 progress=False, handle_signals=False)
+    with pytest.raises(preflight.ConfigError, match=r"^--ray-address auto: Could not find any running Ray instance\. "
+                       r"Please specify the one to connect to\.; start that Ray instance"):
+        trainer.run()
+    assert not (tmp_path / "run").exists()
+
+
+def test_ray_address_where_nothing_answers_exits_2_in_one_line_leaving_no_process(tmp_path):
+    """Finding 2: RAY_ADDRESS exported (as in a cluster user's shell) to a Ray instance that is not
+    there, and --actors without --ray-address: one line naming RAY_ADDRESS and what to do, exit 2,
+    before any Ray process or env worker starts (it was Ray's ConnectionError traceback, exit 1)."""
+    pytest.importorskip("ray")
+    with closed_port() as port:
+        start = time.monotonic()
+        command = [sys.executable, TRAIN, "--preset", "catch", "--actors", "1", "--log-dir", str(tmp_path)]
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True, env={**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}"})
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err[-3000:]
+    assert time.monotonic() - start < 60  # the interpreter and torch's import; the refused connection is at once
+    assert err.startswith(f"train.py: error: RAY_ADDRESS=127.0.0.1:{port}: no Ray instance answers at ") and \
+        err.count("\n") == 1 and "unset RAY_ADDRESS" in err, err
+    assert not any(tmp_path.iterdir()) and not session_processes(proc.pid)
 
 
 # -- with Ray ----------------------------------------------------------------------------------

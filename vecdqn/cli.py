@@ -299,10 +299,11 @@ def trainer_class(actors: int) -> type[TrainerBase]:
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry (``scripts/train.py``).
 
-    Exit codes: 0 done; 2 bad input or ``--actors`` without Ray installed (one line on stderr,
-    nothing started); 130/143 stopped by SIGINT/SIGTERM after a checkpoint; 1 a worker or actor
-    failure, a non-finite loss or a checkpoint that could not be written (one line on stderr
-    naming what failed and the last checkpoint; the traceback in the run folder's ``error.log``).
+    Exit codes: 0 done; 2 bad input, ``--actors`` without Ray installed or a Ray instance to join
+    where none answers (one line on stderr, nothing started); 130/143 stopped by SIGINT/SIGTERM
+    after a checkpoint; 1 a worker or actor failure, a non-finite loss or a checkpoint that could
+    not be written (one line on stderr naming what failed and the last checkpoint; the traceback
+    in the run folder's ``error.log``).
     """
     from vecdqn import checkpoint
     from vecdqn.preflight import ConfigError

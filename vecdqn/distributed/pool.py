@@ -39,6 +39,7 @@ from vecdqn.config import Config
 from vecdqn.distributed.actor import Actor, apex_epsilons
 from vecdqn.distributed.blocks import Block
 from vecdqn.envs import WorkerError
+from vecdqn.preflight import ConfigError, ray_address
 
 __all__ = ["ActorPool", "start_ray"]
 
@@ -61,7 +62,8 @@ def start_ray(address: str, actors: int) -> bool:
         also stops a local instance); False when Ray was already initialized in this process.
 
     Raises:
-        ConnectionError: no instance at ``address`` or ``RAY_ADDRESS`` (from Ray).
+        ConfigError: no instance answers at ``address`` or ``RAY_ADDRESS`` (one line naming it;
+            `vecdqn.preflight.check_ray_address` finds most such cases before anything starts).
     """
     if ray.is_initialized():
         return False
@@ -69,7 +71,14 @@ def start_ray(address: str, actors: int) -> bool:
     try:
         if address or os.environ.get("RAY_ADDRESS"):
             # Ray refuses num_cpus/num_gpus when it joins: the instance was sized when it started.
-            ray.init(address=address or None, log_to_driver=False, logging_level=logging.WARNING)
+            try:
+                ray.init(address=address or None, log_to_driver=False, logging_level=logging.WARNING)
+            except ConnectionError as err:
+                joined, given = ray_address(address)
+                said = f"RAY_ADDRESS={joined}" if given == "RAY_ADDRESS" else f"--ray-address {joined}"
+                raise ConfigError(f"{said}: {first_line(err)}; start that Ray instance, give a running one's "
+                                  "address with --ray-address, or leave both out to let the run start its own"
+                                  ) from None
         else:
             ray.init(_node_ip_address="127.0.0.1", include_dashboard=False,
                      num_cpus=max(os.cpu_count() or 1, actors), log_to_driver=False, logging_level=logging.WARNING)
