@@ -7,7 +7,8 @@ Example (a short CPU run)::
     python scripts/train.py --total-steps 50000 --num-envs 4 --buffer-size 50000 --learning-starts 5000
 
 Exit codes: 0 done; 2 bad input; 130/143 stopped by SIGINT/SIGTERM (checkpoint written);
-1 an env worker failed or the loss became non-finite.
+1 an env worker or actor failed or the loss became non-finite (one line; the traceback in the
+run folder's error.log).
 """
 
 from __future__ import annotations

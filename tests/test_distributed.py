@@ -6,14 +6,18 @@ instance for the module (about 10 s on 2 cores) and run the real learner on Catc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import resource
 import signal
+import socket
 import subprocess
 import sys
+import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -192,6 +196,80 @@ def test_preflight_counts_the_actors_env_workers(tmp_path, monkeypatch):
     preflight.preflight(catch_config(tmp_path, buffer_size=40_000, num_envs=2, actors=4, actor_envs=8))
 
 
+@contextlib.contextmanager
+def closed_port() -> Iterator[int]:
+    """A local TCP port that refuses connections (bound, not listening) while the block lasts."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
+def test_a_ray_address_where_nothing_answers_is_refused_naming_where_it_came_from(tmp_path, monkeypatch):
+    """The address check of the preflight: ``--ray-address``, or ``RAY_ADDRESS`` replacing an empty
+    or ``auto`` one as in ``ray.init``; ``auto`` is the address ``ray start --head`` recorded."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    with closed_port() as port:
+        address = f"127.0.0.1:{port}"
+        with pytest.raises(preflight.ConfigError, match=rf"^--ray-address {address}: no Ray instance answers at "
+                           rf"{address} \(Connection refused\); start the cluster \('ray start --head'\)"):
+            preflight.check_ray_address(catch_config(tmp_path, actors=1, ray_address=address))
+        monkeypatch.setenv("RAY_ADDRESS", address)
+        assert preflight.ray_address("") == preflight.ray_address("auto") == (address, "RAY_ADDRESS")
+        assert preflight.ray_address("10.0.0.5:6379") == ("10.0.0.5:6379", "--ray-address")  # the option wins
+        monkeypatch.setenv("RAY_ADDRESS", "auto")
+        preflight.check_ray_address(catch_config(tmp_path, actors=1))  # nothing recorded: Ray looks for one itself
+        record = tmp_path / "ray" / "ray_current_cluster"
+        record.parent.mkdir()
+        record.write_text(address + "\n")
+        with pytest.raises(preflight.ConfigError, match=rf"^RAY_ADDRESS=auto: no Ray instance answers at {address} "
+                           rf"\(the instance recorded in {re.escape(str(record))}\) \(Connection refused\); "
+                           "unset RAY_ADDRESS"):
+            preflight.check_ray_address(catch_config(tmp_path, actors=1))
+    monkeypatch.setenv("RAY_ADDRESS", "head-node")
+    with pytest.raises(preflight.ConfigError, match=r"^RAY_ADDRESS=head-node: 'head-node' is not host:port; unset"):
+        preflight.check_ray_address(catch_config(tmp_path, actors=1))
+
+
+def test_a_ray_instance_that_refuses_the_run_is_one_line_and_leaves_no_run_folder(tmp_path, monkeypatch):
+    """What the preflight cannot see (``auto`` with no instance recorded, a port that is not
+    Ray's): Ray's ConnectionError becomes one line naming the address, and the run folder is
+    claimed only once Ray is up."""
+    ray = pytest.importorskip("ray")
+    from vecdqn.distributed.learner import DistributedTrainer
+
+    def refuse(**kwargs):
+        raise ConnectionError("Could not find any running Ray instance. Please specify the one to connect to.")
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "no-ray"))  # no instance recorded
+    monkeypatch.setattr(ray, "init", refuse)
+    trainer = DistributedTrainer(catch_config(tmp_path, actors=1, ray_address="auto", run_name="run"),
+                                 progress=False, handle_signals=False)
+    with pytest.raises(preflight.ConfigError, match=r"^--ray-address auto: Could not find any running Ray instance\. "
+                       r"Please specify the one to connect to\.; start that Ray instance"):
+        trainer.run()
+    assert not (tmp_path / "run").exists()
+
+
+def test_ray_address_where_nothing_answers_exits_2_in_one_line_leaving_no_process(tmp_path):
+    """Finding 2: RAY_ADDRESS exported (as in a cluster user's shell) to a Ray instance that is not
+    there, and --actors without --ray-address: one line naming RAY_ADDRESS and what to do, exit 2,
+    before any Ray process or env worker starts (it was Ray's ConnectionError traceback, exit 1)."""
+    pytest.importorskip("ray")
+    with closed_port() as port:
+        start = time.monotonic()
+        command = [sys.executable, TRAIN, "--preset", "catch", "--actors", "1", "--log-dir", str(tmp_path)]
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True, env={**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}"})
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err[-3000:]
+    assert time.monotonic() - start < 60  # the interpreter and torch's import; the refused connection is at once
+    assert err.startswith(f"train.py: error: RAY_ADDRESS=127.0.0.1:{port}: no Ray instance answers at ") and \
+        err.count("\n") == 1 and "unset RAY_ADDRESS" in err, err
+    assert not any(tmp_path.iterdir()) and not session_processes(proc.pid)
+
+
 # -- with Ray ----------------------------------------------------------------------------------
 
 
@@ -255,24 +333,51 @@ def test_killed_actor_is_restarted_and_the_run_finishes(tmp_path, local_ray):
     assert tags(result["run_dir"])["distributed/actor_restarts"][-1] == 1
 
 
-def test_an_actor_whose_env_raises_stops_the_run_with_a_checkpoint(tmp_path, local_ray):
-    """Finding 3: one line naming the actor and the cause (not an 18-line remote traceback in
-    colour), after a checkpoint; the command line adds the checkpoint's path and exits 1, as for a
-    failed env worker of the single-process trainer."""
-    from helpers import RAISING_CATCH_ID, register_test_envs
+def test_an_actor_whose_env_raises_stops_the_run_in_one_line(tmp_path, local_ray):
+    """Finding 3, from the command line: a checkpoint, then exit code 1 and on stderr one line
+    naming the actor, its env, the env id and the exception, without colour codes (it was Ray's
+    15-line remote traceback in colour); the actor's and the env worker's tracebacks are in the
+    run folder's error.log. The run joins the module's Ray instance (RAY_ADDRESS), its actors
+    registering the test envs as the fixture's workers do."""
+    from helpers import RAISING_CATCH_ID
 
-    from vecdqn.envs import WorkerError
+    tests = Path(__file__).resolve().parent
+    path = os.pathsep.join((str(tests.parent), str(tests)))
+    script = tmp_path / "train_raising.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
 
-    register_test_envs()
-    trainer = distributed(tmp_path, env_id=RAISING_CATCH_ID, total_steps=4_000, run_name="run")
-    with pytest.raises(WorkerError) as failure:
-        trainer.run()
-    message = str(failure.value)
-    assert re.fullmatch(r"actor 1 failed: env 1 failed at agent step \d+: RuntimeError: emulator exploded on step 50",
-                        message), message
-    saved = checkpoint.load(trainer.core.failure_checkpoint)
-    assert trainer.core.failure_checkpoint == tmp_path / "run" / "checkpoints" / "latest.pt"
-    assert 0 < saved["train_state"]["step"] < 4_000
+        import ray
+        from helpers import RAISING_CATCH_ID, register_test_envs
+        from vecdqn.cli import main
+
+        register_test_envs()  # actor 1's env 1 is seeded 7 + 1 x 2 + 1 = 10: it raises on its 50th step
+        init = ray.init
+        ray.init = lambda **kwargs: init(**kwargs, runtime_env={{
+            "env_vars": {{"PYTHONPATH": {path!r}}}, "worker_process_setup_hook": "helpers.register_test_envs"}})
+        sys.exit(main(["--preset", "catch", "--env-id", RAISING_CATCH_ID, "--actors", "2", "--actor-envs", "2",
+                       "--seed", "7", "--buffer-size", "2000", "--learning-starts", "100", "--hidden-size", "32",
+                       "--actor-block-steps", "8", "--weight-sync-every", "4", "--total-steps", "4000",
+                       "--log-dir", {str(tmp_path)!r}, "--run-name", "run"]))
+    """))
+    address = local_ray.get_runtime_context().gcs_address
+    failed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": path, "RAY_ADDRESS": address})
+    run = tmp_path / "run"
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert "\x1b" not in failed.stderr and "Traceback" not in failed.stderr, failed.stderr[-3000:]
+    lines = [line.strip() for line in failed.stderr.replace("\r", "\n").splitlines() if line.strip()]
+    assert re.fullmatch(
+        rf"train\.py: error: actor 1: env 1 \({re.escape(RAISING_CATCH_ID)}\) failed at agent step \d+: "
+        rf"RuntimeError: emulator exploded on step 50; last checkpoint: "
+        rf"{re.escape(str(run / 'checkpoints' / 'latest.pt'))}; traceback in {re.escape(str(run / 'error.log'))}",
+        lines[-1]), lines[-3:]
+    assert sum("emulator exploded" in line for line in lines) == 1, lines
+    log = (run / "error.log").read_text()
+    assert "ray::Actor.collect()" in log  # the actor's traceback, then its env worker's:
+    assert re.search(r'helpers\.py", line \d+, in step\n(?:.*\n){1,3}RuntimeError: emulator exploded on step 50',
+                     log), log
+    assert 0 < checkpoint.load(run / "checkpoints" / "latest.pt")["train_state"]["step"] < 4_000
 
 
 def scalar_steps(run_dir: str, tag: str) -> list[int]:

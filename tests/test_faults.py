@@ -1,10 +1,11 @@
-"""Faults a user meets: a worker killed between steps, a checkpoint and its replay out of step,
+"""Faults a user meets: a worker killed between steps or raising, a checkpoint and its replay out of step,
 TensorBoard after a resume, games hidden by shared steps, abbreviated flags, crafted checkpoints,
 a full disk, the env id's sticky actions and the warm-up's ETA, and options given with --resume."""
 
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 import textwrap
@@ -59,10 +60,47 @@ def test_worker_killed_between_steps_is_named_and_checkpointed(tmp_path):
 
     trainer = Trainer(catch_config(tmp_path, total_steps=4_000, run_name="run"), progress=False,
                       handle_signals=False, on_step=kill_after_logging)
-    with pytest.raises(WorkerError, match=r"^env 1 failed at agent step \d+"):
+    with pytest.raises(WorkerError, match=r"^env 1 \(vecdqn/Catch-v0\) failed at agent step \d+"):
         trainer.run()
     assert killed and checkpoint.load(trainer.core.failure_checkpoint)["train_state"]["step"] >= killed[0]
     assert trainer.envs.closed and not live_children()
+
+
+def console_lines(stderr: str) -> list[str]:
+    """The non-empty lines of a run's stderr, the progress bar's redraws (``\\r``) as lines."""
+    return [line.strip() for line in stderr.replace("\r", "\n").splitlines() if line.strip()]
+
+
+def test_an_env_that_raises_is_one_line_on_the_console_and_its_traceback_in_error_log(tmp_path):
+    """train.py with an env whose worker raises: exit code 1 and one line naming the env, the env
+    id and the exception, with the checkpoint and the log (it was gymnasium's 37 lines in red);
+    the worker's traceback is in the run folder's error.log."""
+    from helpers import RAISING_CATCH_ID
+
+    failed = run_in_subprocess(f"""
+        import sys
+        from helpers import RAISING_CATCH_ID, register_test_envs
+        from vecdqn.cli import main
+
+        register_test_envs()  # env 3 of 4 is seeded 7 + 3 = 10: it raises on its 50th step
+        sys.exit(main(["--preset", "catch", "--env-id", RAISING_CATCH_ID, "--num-envs", "4", "--seed", "7",
+                       "--buffer-size", "2000", "--learning-starts", "100", "--hidden-size", "32",
+                       "--total-steps", "4000", "--log-dir", {str(tmp_path)!r}, "--run-name", "run"]))
+    """, tmp_path)
+    run = tmp_path / "run"
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert "\x1b" not in failed.stderr and "Traceback" not in failed.stderr
+    lines = console_lines(failed.stderr)
+    assert re.fullmatch(
+        rf"train\.py: error: env 3 \({re.escape(RAISING_CATCH_ID)}\) failed at agent step \d+: RuntimeError: "
+        rf"emulator exploded on step 50; last checkpoint: {re.escape(str(run / 'checkpoints' / 'latest.pt'))}; "
+        rf"traceback in {re.escape(str(run / 'error.log'))}", lines[-1]), lines[-3:]
+    assert sum("emulator exploded" in line for line in lines) == 1
+    log = (run / "error.log").read_text()
+    assert "WorkerError: env 3" in log  # the main process's traceback, then the worker's:
+    worker = r'helpers\.py", line \d+, in step\n(?:.*\n){1,3}RuntimeError: emulator exploded on step 50'
+    assert re.search(worker, log), log
+    assert checkpoint.load(run / "checkpoints" / "latest.pt")["train_state"]["step"] > 0
 
 
 # 2. A checkpoint and its saved replay out of step --------------------------------------------------

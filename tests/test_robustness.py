@@ -131,9 +131,11 @@ def test_worker_exception_stops_the_run_naming_the_env(tmp_path):
     config = catch_config(tmp_path, env_id="vecdqn-test/CrashingCatch-v0", total_steps=2_000, run_name="run")
     trainer = Trainer(config, progress=False, handle_signals=False)
     start = time.time()
-    message = r"^env 1 failed at agent step \d+: RuntimeError: emulator exploded on step 50"
-    with pytest.raises(WorkerError, match=message):
+    message = (r"^env 1 \(vecdqn-test/CrashingCatch-v0\) failed at agent step \d+: RuntimeError: emulator exploded "
+               r"on step 50$")
+    with pytest.raises(WorkerError, match=message) as failure:
         trainer.run()
+    assert "in step" in failure.value.details and "RuntimeError: emulator exploded" in failure.value.details
     assert time.time() - start < 30
     assert trainer.envs.closed
     assert checkpoint.load(trainer.core.failure_checkpoint)["train_state"]["step"] > 0
@@ -156,7 +158,8 @@ def test_hung_worker_times_out(tmp_path):
                           worker_timeout=2.0)
     trainer = Trainer(config, progress=False, handle_signals=False)
     start = time.time()
-    with pytest.raises(WorkerError, match=r"^env 1 did not answer within --worker-timeout 2.0 s"):
+    hung = r"^env 1 \(vecdqn-test/HangingCatch-v0\) did not answer within --worker-timeout 2.0 s"
+    with pytest.raises(WorkerError, match=hung):
         trainer.run()
     assert time.time() - start < 30
     assert checkpoint.load(trainer.core.failure_checkpoint)["train_state"]["step"] > 0

@@ -5,7 +5,8 @@ exit codes.
 Exit codes of every script (``train.py``, ``evaluate.py``, ``plot.py``, ``benchmark.py``): 0 done;
 2 bad input, reported as one line ``<script>: error: <what is wrong and what is allowed>`` on
 stderr before anything starts; 130 interrupted (Ctrl-C). ``train.py`` adds 143 (SIGTERM) and 1
-(a worker failure or a non-finite loss during the run).
+(a worker failure or a non-finite loss during the run: one line, the traceback in the run
+folder's ``error.log``).
 
 The training stack is imported inside `main` only: ``evaluate.py`` and ``plot.py`` use this
 module's parser and exit codes without loading it.
@@ -298,9 +299,11 @@ def trainer_class(actors: int) -> type[TrainerBase]:
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry (``scripts/train.py``).
 
-    Exit codes: 0 done; 2 bad input or ``--actors`` without Ray installed (one line on stderr,
-    nothing started); 130/143 stopped by SIGINT/SIGTERM after a checkpoint; 1 a worker failure
-    or non-finite loss (message on stderr).
+    Exit codes: 0 done; 2 bad input, ``--actors`` without Ray installed or a Ray instance to join
+    where none answers (one line on stderr, nothing started); 130/143 stopped by SIGINT/SIGTERM
+    after a checkpoint; 1 a worker or actor failure, a non-finite loss or a checkpoint that could
+    not be written (one line on stderr naming what failed and the last checkpoint; the traceback
+    in the run folder's ``error.log``).
     """
     from vecdqn import checkpoint
     from vecdqn.preflight import ConfigError
@@ -315,6 +318,7 @@ def _train(argv: list[str] | None) -> int:
     from vecdqn import checkpoint
     from vecdqn.core import Interrupted, NonFiniteError
     from vecdqn.envs import WorkerError
+    from vecdqn.run_dir import write_error_log
 
     config, given = parse_config(argv)
     if config.resume:
@@ -338,9 +342,11 @@ def _train(argv: list[str] | None) -> int:
         print(f"stopped at once at agent step {trainer.core.state.step}; {where}", file=sys.stderr)
         return 130
     except (WorkerError, NonFiniteError, checkpoint.CheckpointError) as err:
+        # One line: what failed, the checkpoint to resume from, where the traceback went.
         kept = trainer.core.run_dir / "checkpoints" / "latest.pt"
-        print(f"{PROG}: error: {err}\nlast checkpoint: {kept if kept.exists() else 'none written yet'}",
-              file=sys.stderr)
+        log = write_error_log(trainer.core.run_dir, err, trainer.core.state.step)
+        print(f"{error_line(PROG, err)}; last checkpoint: {kept if kept.exists() else 'none written yet'}"
+              + (f"; traceback in {log}" if log is not None else ""), file=sys.stderr)
         return 1
     learning = summary["learning_sps"]  # NaN when no update ran
     print(

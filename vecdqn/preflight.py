@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -20,7 +23,7 @@ from vecdqn.replay import PrioritizedReplayBuffer
 from vecdqn.staging import check_amp, select_device
 from vecdqn.tracking import check_wandb_names, require_wandb
 
-__all__ = ["ConfigError", "available_memory_bytes", "preflight"]
+__all__ = ["ConfigError", "available_memory_bytes", "check_ray_address", "preflight", "ray_address"]
 
 # Resident memory of one env worker process (an ALE game; most of it shared with the parent when
 # forked), counted in full so that spawned workers fit too.
@@ -52,7 +55,8 @@ def available_memory_bytes() -> int | None:
 
 def preflight(config: Config, *, resuming: bool = False) -> torch.device:
     """Every check that needs no env worker: values, ``--track``'s package and W&B project name,
-    env id, log folder, replay memory.
+    env id, log folder, replay memory; with ``--actors``, the Ray instance to join
+    (`check_ray_address`).
 
     Returns:
         the learner's device, chosen here once (`vecdqn.staging.select_device`).
@@ -80,6 +84,8 @@ def preflight(config: Config, *, resuming: bool = False) -> torch.device:
     check_worker_limits(config)
     check_memory(config)
     check_disk(config, n_actions)
+    if config.actors:
+        check_ray_address(config)
     return device
 
 
@@ -211,3 +217,90 @@ def replay_bytes(config: Config) -> int:
 def replay_frame_bytes(config: Config) -> int:
     """Bytes of the replay's frames alone (``--replay-device`` keeps a copy of them)."""
     return config.buffer_size * config.screen_size**2
+
+
+# Seconds a Ray instance to join has to accept a connection before the run is refused.
+RAY_CONNECT_TIMEOUT_S = 3.0
+
+
+def ray_address(option: str) -> tuple[str, str]:
+    """The Ray instance a run with ``--actors`` and ``--ray-address option`` joins, as
+    ``ray.init`` picks it: ``(address, where it was given)``. ``RAY_ADDRESS`` (exported on a Ray
+    cluster's nodes) replaces an empty or ``auto`` option; ``("", "")``: none, the run starts a
+    local instance.
+
+    >>> ray_address("10.0.0.5:6379")
+    ('10.0.0.5:6379', '--ray-address')
+    """
+    exported = os.environ.get("RAY_ADDRESS", "")
+    if exported and option in ("", "auto"):
+        return exported, "RAY_ADDRESS"
+    return option, "--ray-address" if option else ""
+
+
+def ray_cluster_file() -> Path:
+    """Where ``ray start --head`` records the address that ``auto`` joins (Ray's temp folder:
+    ``$RAY_TMPDIR``, else on Linux ``$TMPDIR``, else ``/tmp``)."""
+    if "RAY_TMPDIR" in os.environ:
+        temp = os.environ["RAY_TMPDIR"]
+    elif sys.platform.startswith("linux") and "TMPDIR" in os.environ:
+        temp = os.environ["TMPDIR"]
+    elif sys.platform.startswith(("linux", "darwin")):
+        temp = "/tmp"
+    else:
+        temp = tempfile.gettempdir()
+    return Path(temp) / "ray" / "ray_current_cluster"
+
+
+def check_ray_address(config: Config) -> None:
+    """The Ray instance to join (`ray_address`) accepts a connection, tried for up to
+    `RAY_CONNECT_TIMEOUT_S` seconds, so that a run meant for a cluster that is not there stops
+    before anything starts instead of in Ray's connection retries. ``auto`` is the address that
+    ``ray start --head`` recorded on this host (`ray_cluster_file`); with no record, Ray itself
+    looks for a running instance. Nothing is checked without an address, or when this process
+    already runs Ray (that instance is used).
+
+    Raises:
+        ConfigError: one line naming the address, where it was given (``--ray-address`` or
+            ``RAY_ADDRESS``) and what to do instead.
+    """
+    address, given = ray_address(config.ray_address)
+    ray = sys.modules.get("ray")
+    if not address or address == "local" or (ray is not None and ray.is_initialized()):
+        return
+    said = f"RAY_ADDRESS={address}" if given == "RAY_ADDRESS" else f"--ray-address {address}"
+    fix = ("unset RAY_ADDRESS to let the run start its own local Ray instance, start the cluster "
+           "('ray start --head'), or give a running one's address with --ray-address host:port"
+           if given == "RAY_ADDRESS" else
+           "start the cluster ('ray start --head'), give a running one's address, or leave --ray-address out to "
+           "let the run start its own local Ray instance")
+    target, where = address, ""
+    if address == "auto":
+        record = ray_cluster_file()
+        try:
+            target = record.read_text().strip()
+        except OSError:
+            return  # no instance recorded on this host: Ray looks for one and says so itself
+        where = f" (the instance recorded in {record})"
+    host, port = split_address(target)
+    if port is None:
+        raise ConfigError(f"{said}: {target!r} is not host:port; {fix}")
+    try:
+        socket.create_connection((host, port), timeout=RAY_CONNECT_TIMEOUT_S).close()
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise ConfigError(f"{said}: no Ray instance answers at {host}:{port}{where} ({reason}); {fix}") from None
+
+
+def split_address(address: str) -> tuple[str, int | None]:
+    """``"host:port"``, ``"[v6]:port"`` or ``"ray://host:port"`` (Ray Client; its default port is
+    10001) -> ``(host, port)``; the port is None when there is none to read.
+
+    >>> split_address("ray://head:10001"), split_address("[::1]:6379"), split_address("head")
+    (('head', 10001), ('::1', 6379), ('head', None))
+    """
+    scheme, _, rest = address.rpartition("://")
+    host, colon, port = rest.rpartition(":")
+    if not colon or not port.isdigit():
+        return (rest, 10001) if scheme == "ray" and rest and ":" not in rest else (rest, None)
+    return host.strip("[]"), int(port)

@@ -1,16 +1,18 @@
-"""The run folder: its default name, and making it one process's for as long as that lives."""
+"""The run folder: its default name, making it one process's for as long as that lives, and its
+``error.log``."""
 
 from __future__ import annotations
 
 import fcntl
 import os
 import time
+import traceback
 from pathlib import Path
 
 from vecdqn.config import Config
 from vecdqn.preflight import ConfigError
 
-__all__ = ["claim", "run_name"]
+__all__ = ["claim", "run_name", "write_error_log"]
 
 
 def run_name(config: Config, now: float | None = None) -> str:
@@ -57,3 +59,22 @@ def claim(run_dir: Path, *, new: bool, chosen: bool) -> tuple[Path, int]:
                     else "wait for that process to end" + ("" if not new else " or choose another --run-name"))
             raise ConfigError(f"{flag} {folder}: the run folder {why}; {then}")
         suffix += 1
+
+
+def write_error_log(run_dir: Path, err: BaseException, step: int) -> Path | None:
+    """Append ``err``'s traceback, and its ``details`` (a `vecdqn.envs.WorkerError`'s worker or
+    actor traceback), to ``<run_dir>/error.log``, under a line giving the time and the agent
+    ``step``: the console shows one line, the log the rest.
+
+    Returns:
+        the file's path; None when it could not be written (no run folder yet, a full disk).
+    """
+    details = getattr(err, "details", "")
+    text = "".join(traceback.format_exception(err)) + (f"\n{details.rstrip()}\n" if details else "")
+    path = Path(run_dir) / "error.log"
+    try:
+        with open(path, "a") as log:
+            log.write(f"== {time.strftime('%Y-%m-%d %H:%M:%S')}, agent step {step}: {type(err).__name__}\n{text}\n")
+    except OSError:
+        return None
+    return path

@@ -157,12 +157,14 @@ class DistributedTrainer(TrainerBase):
         Raises:
             Interrupted: after SIGINT/SIGTERM, once the checkpoint is written (actors, and a
                 local Ray instance, are stopped either way).
-            WorkerError: an actor's env failed (one line naming the actor; a checkpoint is
-                written first).
+            WorkerError: an actor's env failed (one line naming the actor, its env, the env id
+                and the exception; the tracebacks are its ``details``; a checkpoint is written
+                first).
+            ConfigError: the Ray instance to join (``--ray-address``, ``RAY_ADDRESS``) did not
+                answer.
             NonFiniteError: as `vecdqn.trainer.Trainer.run`.
         """
         c, core = self.config, self.core
-        core.start(c.torch_threads or learner_threads(c, core.device.type))
         probe = make_env(c.env_id, c.env_options())
         obs_shape, n_actions = probe.observation_space.shape, int(probe.action_space.n)
         probe.close()
@@ -171,6 +173,8 @@ class DistributedTrainer(TrainerBase):
             with core.stop:
                 with core.stop.held():  # a Ctrl-C stops the run once Ray is up, not Ray halfway
                     start_ray(c.ray_address, c.actors)
+                # The run folder is claimed once Ray is up: a cluster that refuses this run leaves none.
+                core.start(c.torch_threads or learner_threads(c, core.device.type))
                 core.set_up(obs_shape, n_actions)
                 ingest = BlockIngest(core.learner, c.actors, c.actor_envs, clip_rewards=c.clip_rewards,
                                      prioritize=c.per)

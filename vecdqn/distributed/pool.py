@@ -17,7 +17,8 @@ are retried every 0.5 s without counting again).
 
 **Failures.** An actor whose env raises (its process lives on) stops the run as a failed env
 worker stops the single-process trainer: `take` raises one `WorkerError` line naming the actor,
-and the learner writes a checkpoint before it stops.
+its env, the env id and the exception (the tracebacks are its ``details``), and the learner
+writes a checkpoint before it stops.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from vecdqn.config import Config
 from vecdqn.distributed.actor import Actor, apex_epsilons
 from vecdqn.distributed.blocks import Block
 from vecdqn.envs import WorkerError
+from vecdqn.preflight import ConfigError, ray_address
 
 __all__ = ["ActorPool", "start_ray"]
 
@@ -60,7 +62,8 @@ def start_ray(address: str, actors: int) -> bool:
         also stops a local instance); False when Ray was already initialized in this process.
 
     Raises:
-        ConnectionError: no instance at ``address`` or ``RAY_ADDRESS`` (from Ray).
+        ConfigError: no instance answers at ``address`` or ``RAY_ADDRESS`` (one line naming it;
+            `vecdqn.preflight.check_ray_address` finds most such cases before anything starts).
     """
     if ray.is_initialized():
         return False
@@ -68,7 +71,14 @@ def start_ray(address: str, actors: int) -> bool:
     try:
         if address or os.environ.get("RAY_ADDRESS"):
             # Ray refuses num_cpus/num_gpus when it joins: the instance was sized when it started.
-            ray.init(address=address or None, log_to_driver=False, logging_level=logging.WARNING)
+            try:
+                ray.init(address=address or None, log_to_driver=False, logging_level=logging.WARNING)
+            except ConnectionError as err:
+                joined, given = ray_address(address)
+                said = f"RAY_ADDRESS={joined}" if given == "RAY_ADDRESS" else f"--ray-address {joined}"
+                raise ConfigError(f"{said}: {first_line(err)}; start that Ray instance, give a running one's "
+                                  "address with --ray-address, or leave both out to let the run start its own"
+                                  ) from None
         else:
             ray.init(_node_ip_address="127.0.0.1", include_dashboard=False,
                      num_cpus=max(os.cpu_count() or 1, actors), log_to_driver=False, logging_level=logging.WARNING)
@@ -77,14 +87,40 @@ def start_ray(address: str, actors: int) -> bool:
     return True
 
 
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def first_line(err: BaseException) -> str:
     """The first line of an error's message, of the actor's own exception for a `RayTaskError`
     (whose message is the remote traceback, with terminal colour codes), without escape codes."""
     cause = getattr(err, "cause", None)
     if isinstance(err, RayTaskError) and isinstance(cause, BaseException):
         err = cause
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip()
+    text = ANSI_ESCAPE.sub("", str(err)).strip()
     return text.splitlines()[0] if text else type(err).__name__
+
+
+def actor_failure(actor: int, err: RayTaskError | RayActorError) -> WorkerError:
+    """A `WorkerError` for an actor whose task or constructor raised: one line naming the actor
+    and the exception (an env's `WorkerError` already names the env, its id and its exception);
+    its ``details`` the actor's traceback without colour codes, then an env worker's own."""
+    text = ANSI_ESCAPE.sub("", str(err)).strip()
+    cause = getattr(err, "cause", None)
+    if isinstance(err, RayTaskError) and isinstance(cause, BaseException):
+        said = first_line(cause)
+        line = said if isinstance(cause, WorkerError) else f"{type(cause).__name__}: {said}"
+        worker = cause.details if isinstance(cause, WorkerError) else ""
+    else:
+        # A constructor's error reaches the learner as the text of the actor's traceback only:
+        # its last "Type: message" line names the exception.
+        raised = re.findall(r"^([A-Za-z_][\w.]*): (.+)$", text, re.M)
+        line, worker = first_line(err), ""
+        if raised:
+            kind, message = raised[-1]
+            kind = kind.rsplit(".", 1)[-1]
+            line = message if kind == "WorkerError" else f"{kind}: {message}"
+    details = f"In actor {actor}'s process:\n{text}" + (f"\n{worker}" if worker else "")
+    return WorkerError(f"actor {actor}: {line}", details)
 
 
 class ActorPool:
@@ -135,7 +171,7 @@ class ActorPool:
 
         Raises:
             WorkerError: an actor's ``collect`` raised (e.g. its env worker failed), one line
-                naming the actor and the cause.
+                naming the actor and the cause (`actor_failure`).
         """
         heads = [queue[0] for queue in self.requests if queue]
         if not heads:
@@ -156,7 +192,7 @@ class ActorPool:
                     self._restarted(actor, err)
                     break
                 except RayTaskError as err:
-                    raise WorkerError(f"actor {actor} failed: {first_line(err)}") from None
+                    raise actor_failure(actor, err) from None
                 self.restarting.discard(actor)
                 self.versions[actor] = block.weights_version
                 blocks.append(block)
@@ -187,7 +223,7 @@ class ActorPool:
 
         Raises:
             WorkerError: naming the actors that did not start within ``timeout`` seconds, or the
-                first line of the error one raised while starting.
+                actor that raised while starting and its error (`actor_failure`).
         """
         refs = [handle.pid.remote() for handle in self.handles]
         ready, waiting = ray.wait(refs, num_returns=len(refs), timeout=timeout)
@@ -195,24 +231,37 @@ class ActorPool:
             late = ", ".join(str(refs.index(ref)) for ref in waiting)
             raise WorkerError(f"actor {late} of {len(refs)} did not start within {timeout:.0f} s (its env workers "
                               f"for {self.config.env_id}); see the run's log for Ray's messages")
-        try:
-            ray.get(ready)
-        except RayActorError as err:
-            raise WorkerError(f"an actor failed to start: {first_line(err)}") from None
+        for actor, ref in enumerate(refs):
+            try:
+                ray.get(ref)
+            except (RayActorError, RayTaskError) as err:
+                raise actor_failure(actor, err) from None
 
     def close(self, timeout: float = 10.0) -> None:
-        """Stop the actors' env workers politely (up to ``timeout`` seconds), then the actors."""
-        for queue in self.requests:
-            for request in queue:
-                try:
-                    ray.cancel(request, force=False)
-                except Exception:  # noqa: BLE001 - already finished, or its actor is gone
-                    pass
-            queue.clear()
+        """Stop the actors' env workers politely (up to ``timeout`` seconds), then the actors.
+
+        The outstanding requests are read before they are dropped, errors included: Ray prints
+        an error that nobody read, when its last reference goes, as a remote traceback in colour
+        on stderr ("Unhandled error"), e.g. the queued request of an actor whose env failed."""
+        requests = [request for queue in self.requests for request in queue]
+        for request in requests:
+            try:
+                ray.cancel(request, force=False)
+            except Exception:  # noqa: BLE001 - already finished, or its actor is gone
+                pass
         try:
+            # An actor runs its calls in order: once its close has run, its requests are done.
             ray.get([handle.close.remote() for handle in self.handles], timeout=timeout)
         except Exception:  # noqa: BLE001 - a dead or hung actor: killed below either way
             pass
+        done, _ = ray.wait(requests, num_returns=len(requests), timeout=0) if requests else ([], [])
+        for request in done:
+            try:
+                ray.get(request, timeout=0)
+            except Exception:  # noqa: BLE001 - read so that Ray does not print it; the run has its error
+                pass
+        for queue in self.requests:
+            queue.clear()
         for handle in self.handles:
             ray.kill(handle, no_restart=True)
 

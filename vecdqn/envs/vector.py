@@ -14,6 +14,8 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import signal
+import traceback
+import warnings
 from typing import Any
 
 import gymnasium as gym
@@ -28,7 +30,43 @@ __all__ = ["WorkerError", "WorkerGuard", "make_vector_env"]
 
 
 class WorkerError(RuntimeError):
-    """An env worker raised, died or did not answer in time."""
+    """An env worker raised, died or did not answer in time.
+
+    Its message is one line (which env, of which env id, at which agent step, the exception);
+    ``details`` holds what goes with it in a log, such as the failed worker's traceback ("" when
+    there is none).
+    """
+
+    def __init__(self, message: str, details: str = ""):
+        super().__init__(message)
+        self.details = details
+
+
+# gymnasium's AsyncVectorEnv echoes a failed worker's traceback in red as UserWarnings before it
+# re-raises the error (`WorkerGuard` reports it itself, in one line; the traceback travels with
+# the exception, see `_KeepTraceback`).
+GYMNASIUM_ECHO = (r"(\x1b\[[0-9;]*m)?ERROR: (Received the following error from Worker|Traceback \(most recent call "
+                  r"last\)|Raising the last exception back to the main process)")
+
+
+class _KeepTraceback(gym.Wrapper):
+    """The outermost wrapper in an env worker: an exception raised by ``reset`` or ``step``
+    carries the worker's traceback (``worker_traceback``) back to the main process, which only
+    gets the pickled exception from gymnasium."""
+
+    def reset(self, **kwargs: Any) -> Any:
+        try:
+            return self.env.reset(**kwargs)
+        except Exception as err:
+            err.worker_traceback = traceback.format_exc()  # type: ignore[attr-defined]
+            raise
+
+    def step(self, action: Any) -> Any:
+        try:
+            return self.env.step(action)
+        except Exception as err:
+            err.worker_traceback = traceback.format_exc()  # type: ignore[attr-defined]
+            raise
 
 
 def _make_worker_env(env_id: str, options: EnvOptions) -> gym.Env:
@@ -46,7 +84,7 @@ def _make_worker_env(env_id: str, options: EnvOptions) -> gym.Env:
     # One worker is one core's worth of work: OpenCV's own thread pool (as many threads as
     # cores, in every worker) would only add contention for the resize of one small frame.
     cv2.setNumThreads(1)
-    return make_env(env_id, options)
+    return _KeepTraceback(make_env(env_id, options))
 
 
 def make_vector_env(
@@ -94,18 +132,23 @@ class WorkerGuard:
 
     A worker can raise, be killed or hang at any moment, also while the main process is busy
     elsewhere: the next call into the vector env (``reset``, ``step_async``, ``step_wait``,
-    the snapshot ``get_attr``/``set_attr``) then raises `WorkerError` naming the failed env(s)
-    and the agent step, whatever gymnasium raised (a worker's exception, ``BrokenPipeError``,
-    ``EOFError``, a timeout).
+    the snapshot ``get_attr``/``set_attr``) then raises `WorkerError` naming the failed env(s),
+    the env id and the agent step, whatever gymnasium raised (a worker's exception,
+    ``BrokenPipeError``, ``EOFError``, a timeout); a worker's traceback is its ``details``.
+    gymnasium's own coloured echo of that traceback on stderr is filtered out (`GYMNASIUM_ECHO`,
+    a warnings filter of the whole process, added by each guard).
 
     Args:
         envs: the vector env (`make_vector_env`'s result).
         timeout: seconds a worker may take to answer a step or reset.
+        env_id: the envs' id, named in the errors.
     """
 
-    def __init__(self, envs: AsyncVectorEnv, timeout: float):
+    def __init__(self, envs: AsyncVectorEnv, timeout: float, env_id: str = ""):
         self.envs = envs
         self.timeout = timeout
+        self.env_id = env_id
+        warnings.filterwarnings("ignore", message=GYMNASIUM_ECHO, category=UserWarning)
 
     @classmethod
     def start(cls, env_id: str, num_envs: int, options: EnvOptions, timeout: float) -> WorkerGuard:
@@ -114,7 +157,7 @@ class WorkerGuard:
         stop."""
         old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
-            return cls(make_vector_env(env_id, num_envs, options=options), timeout)
+            return cls(make_vector_env(env_id, num_envs, options=options), timeout, env_id)
         finally:
             for s, handler in old.items():
                 signal.signal(s, handler)
@@ -132,15 +175,25 @@ class WorkerGuard:
         return self.envs.closed
 
     def failed_workers(self) -> str:
-        """Name the failed env workers: gymnasium drops the pipe of a worker that raised; a
-        killed worker shows as a dead process."""
+        """Name the failed env workers and the env id: gymnasium drops the pipe of a worker that
+        raised; a killed worker shows as a dead process."""
         failed = {i for i, pipe in enumerate(self.envs.parent_pipes) if pipe is None}
         failed |= {i for i, p in enumerate(self.envs.processes) if not p.is_alive()}
-        return "env " + ", ".join(map(str, sorted(failed))) if failed else "an env worker"
+        return self._named("env " + ", ".join(map(str, sorted(failed))) if failed else "an env worker")
+
+    def _named(self, which: str) -> str:
+        return f"{which} ({self.env_id})" if self.env_id else which
 
     def _failure(self, step: int, err: BaseException, doing: str = "") -> WorkerError:
+        """One line naming the env(s) and the exception; the worker's traceback as ``details``.
+        gymnasium re-raises a worker's exception as ``type(e)(e)``: ``e``, unpickled, carries it."""
         doing = f" ({doing})" if doing else ""
-        return WorkerError(f"{self.failed_workers()} failed at agent step {step}{doing}: {type(err).__name__}: {err}")
+        original = err.args[0] if err.args and isinstance(err.args[0], BaseException) else err
+        message = str(err).strip()
+        message = message.splitlines()[0] if message else ""
+        trace = getattr(original, "worker_traceback", "")
+        return WorkerError(f"{self.failed_workers()} failed at agent step {step}{doing}: {type(err).__name__}: "
+                           f"{message}", f"In the env worker's process:\n{trace}" if trace else "")
 
     def reset(self, seed: int, step: int) -> tuple[np.ndarray, dict[str, Any]]:
         """``reset(seed=seed)``: env ``i`` gets ``seed + i``. Returns ``(N, S, 84, 84) uint8`` obs."""
@@ -163,7 +216,7 @@ class WorkerGuard:
         except multiprocessing.TimeoutError:
             # The workers that have not answered are those whose pipe holds no reply.
             hung = [i for i, pipe in enumerate(self.envs.parent_pipes) if pipe is not None and not pipe.poll(0)]
-            which = "env " + ", ".join(map(str, hung)) if hung else "an env worker"
+            which = self._named("env " + ", ".join(map(str, hung)) if hung else "an env worker")
             raise WorkerError(f"{which} did not answer within --worker-timeout {self.timeout} s "
                               f"at agent step {step}") from None
         except Exception as err:  # the worker's own exception, re-raised by gymnasium, or a dead pipe
