@@ -1,19 +1,25 @@
 #!/usr/bin/env python
-"""Draw the learning curves of training runs and print them as a table.
+"""Draw the learning curves of training runs and print them as tables.
 
-    python scripts/plot.py runs/BreakoutNoFrameskip-v4__1__1700000000 runs/BreakoutNoFrameskip-v4__2__1700000100 \\
-        -o breakout.png
+    python scripts/plot.py runs/pong_s1 runs/pong_s2 -o pong.png
+    python scripts/plot.py runs/pong_s1 runs/pong_s2 --markdown --threshold 18
 
-The figure is a 2×2 grid: training return (mean of the last 100 games) and evaluation return
-(``eval/return_mean``, one marker per evaluation) against agent steps (left) and against
-wall-clock minutes since each run's first event (right); when no run has an evaluation, only
-the training row (1×2). Runs that differ only in their seed
-share a colour and a legend label (env id, preset, and the options that tell experiments of one
-game apart); each seed of a setting has its own line style and marker, so no two runs are drawn
-alike (up to 40 seeds per setting, any number of settings), and the legend names each run's
-setting and seed. For each run a table goes to stdout: agent steps, minutes, training return
-and evaluation return at each evaluation, or every ``--every`` agent steps for a run without
-evaluations. Without ``-o`` only the tables are printed (no matplotlib needed).
+Runs that differ only in their seed are one setting (env id, preset, and the options that tell
+experiments of one game apart name it). The figure is a 2×2 grid: training return (mean of the
+last 100 games) and evaluation return (``eval/return_mean``, one marker per evaluation) against
+agent steps (left) and against wall-clock minutes since each run's first event (right); when no
+run has an evaluation, only the training row (1×2). Each setting has one colour and one legend
+entry: a setting of one run is its line; a setting of several seeds is their mean line over a
+shaded band from their minimum to their maximum (`vecdqn.curves.Band`), each seed faint behind
+it. The band lies on the agent steps where every seed has a value (the evaluations all seeds
+share; the training curve from the first step at which every seed has finished a game to the
+last step every seed logged) and is drawn against the seeds' mean minute at each of those steps.
+
+On stdout, for each run a table: agent steps, minutes, training return and evaluation return at
+each evaluation, or every ``--every`` agent steps for a run without evaluations. With
+``--markdown``, instead, one Markdown table per setting with a column group per seed and the
+mean and range over the seeds, as ``docs/results.md`` shows them (`vecdqn.tables`). Without
+``-o`` only the tables are printed (no matplotlib needed).
 
 Exit codes: 0 done; 2 bad input or matplotlib missing (one line on stderr); 130 interrupted.
 """
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -31,16 +38,24 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vecdqn.cli import OneLineErrorParser, UsageError, check_output_path, exit_code  # noqa: E402
-from vecdqn.curves import WINDOW, RunCurves, RunError, read_run, report, seed_groups  # noqa: E402
+from vecdqn.curves import (  # noqa: E402
+    WINDOW,
+    Band,
+    RunCurves,
+    RunError,
+    eval_band,
+    read_run,
+    report,
+    seed_groups,
+    train_band,
+)
+from vecdqn.tables import markdown  # noqa: E402
 
 PROG = "plot.py"
 MISSING_MATPLOTLIB = '-o needs matplotlib: pip install -e ".[plot]" (without -o only the tables are printed)'
-# Within a setting's colour, each seed gets one (line style, marker) pair: 4 x 10 pairs, so up to
-# 40 seeds of one setting are drawn apart (markers too, since dotted and dashed lines of many
-# seeds are hard to tell apart alone).
-LINE_STYLES = ("-", "--", ":", "-.")
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
-MAX_SEEDS = len(LINE_STYLES) * len(MARKERS)
+# The seeds behind a band: thin and faint, so the band and its mean line stay in front.
+FAINT = {"alpha": 0.35, "linewidth": 0.7}
+BAND_ALPHA = 0.2
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,9 +63,18 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         allow_abbrev=False,
         description="Plot the training and evaluation return of vecdqn runs against agent steps and "
-        "wall-clock minutes, and print each run's curve as a table. Runs that differ only in their "
-        "seed are grouped: they share a colour and a label; each seed has its own line style and marker, "
-        "marked 'seed N' in the legend (no mean or min/max band: every seed stays visible).",
+        "wall-clock minutes, and print each run's curve as a table (or, with --markdown, each setting's "
+        "as a Markdown table). Runs that differ only in their seed are one setting: one colour and one "
+        "legend entry, drawn as the seeds' mean line over a shaded band from their minimum to their "
+        "maximum, each seed faint behind it. Seeds are aggregated only at the agent steps where every "
+        "seed has a value: the evaluation steps all of them share (a step that only some seeds were "
+        "evaluated at is left out of the band and of the mean and range columns), and the training "
+        "curve from the first step at which every seed has finished a game to the last step every "
+        "seed logged; against minutes, at the seeds' mean minute of each such step. Minutes count from "
+        "the run's first event (its event log opening, seconds after the command started); an "
+        "evaluation of a kept checkpoint (scripts/evaluate.py --every-checkpoint) stands at the minute "
+        "the checkpoint was saved, an evaluation during training at the minute it was logged, after "
+        "its games.",
     )
     parser.add_argument("runs", nargs="+", metavar="RUN", help="a run folder made by scripts/train.py (runs/<name>)")
     parser.add_argument(
@@ -76,6 +100,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="table rows every this many agent steps, for runs without evaluations (default: a round "
         "number giving about 10 rows); runs with evaluations get one row per evaluation",
     )
+    parser.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print one Markdown table per setting instead of one plain table per run: a line naming "
+        "the setting (env id, preset, algo, the options that tell it apart) and its runs; a row per "
+        "agent step at which any seed was evaluated (without evaluations: every --every agent steps "
+        "and each seed's last); per seed minutes, training return and evaluation (— where it has "
+        "none); the mean and range (min to max) over the seeds of the evaluation (of the training "
+        "return without evaluations) where every seed has a value",
+    )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        metavar="RETURN",
+        help="with --markdown: a second table per setting giving, per seed, the first agent step and "
+        "minute at which its evaluation reaches at least RETURN (e.g. 18 for Pong; that evaluation is "
+        "bold in the first table) and its best evaluation; for settings without evaluations, the "
+        "training return, counted only once a full --window of games is in its mean",
+    )
     return parser
 
 
@@ -85,6 +129,10 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--window {args.window} must be at least 1 game")
     if args.every is not None and args.every < 1:
         raise UsageError(f"--every {args.every} must be a positive number of agent steps")
+    if args.threshold is not None and not args.markdown:
+        raise UsageError(f"--threshold {args.threshold:g} goes with --markdown (it adds a table to each setting's)")
+    if args.threshold is not None and not math.isfinite(args.threshold):
+        raise UsageError(f"--threshold {args.threshold:g} must be a finite return")
     seen = set()
     for run in args.runs:
         if Path(run).resolve() in seen:
@@ -114,8 +162,9 @@ def load_pyplot() -> ModuleType:
     return plt
 
 
-def line_labels(runs: list[RunCurves]) -> tuple[list[int], list[str]]:
-    """Each run's group (its colour) and legend label: the group's label and ``seed N``."""
+def run_labels(runs: list[RunCurves]) -> list[str]:
+    """Each run's name in the plain tables: its setting's label and ``seed N`` (and its folder's
+    name where two runs of one setting share a seed)."""
     configs = [run.config for run in runs]
     group, group_labels = seed_groups(configs, [run.path.name for run in runs])
     seeds = [None if c is None else c.get("seed") for c in configs]
@@ -127,24 +176,23 @@ def line_labels(runs: list[RunCurves]) -> tuple[list[int], list[str]]:
         label = f"{group_labels[group[i]]}, seed {seeds[i]}"
         twins = sum(1 for j in range(len(runs)) if group[j] == group[i] and seeds[j] == seeds[i])
         labels.append(label + (f" ({run.path.name})" if twins > 1 else ""))
+    return labels
+
+
+def legend_labels(runs: list[RunCurves]) -> tuple[list[int], list[str]]:
+    """Each run's setting (its colour) and each setting's legend label: the setting's label and
+    ``seed N`` for a setting of one run, ``seeds 1, 2, 3: mean, min to max`` for several."""
+    configs = [run.config for run in runs]
+    group, group_labels = seed_groups(configs, [run.path.name for run in runs])
+    labels = []
+    for g, label in enumerate(group_labels):
+        seeds = [None if c is None else c.get("seed") for c, h in zip(configs, group) if h == g]
+        if len(seeds) == 1:
+            labels.append(label + ("" if seeds[0] is None else f", seed {seeds[0]}"))
+            continue
+        named = f"seeds {', '.join(map(str, seeds))}" if len(set(seeds)) == len(seeds) else f"{len(seeds)} runs"
+        labels.append(f"{label}, {named}: mean, min to max")
     return group, labels
-
-
-def seed_styles(group: list[int]) -> list[tuple[str, str]]:
-    """Each run's ``(line style, marker)``: the n-th run of a group (a setting) gets the n-th pair
-    of `LINE_STYLES` x `MARKERS`, so runs of one group never share one; groups differ in colour.
-
-    Raises:
-        UsageError: a group has more than `MAX_SEEDS` runs (they could not all be told apart).
-    """
-    styles = []
-    for i, g in enumerate(group):
-        nth = group[:i].count(g)
-        if nth >= MAX_SEEDS:
-            raise UsageError(f"{group.count(g)} runs of one setting cannot be told apart in one figure; plot at "
-                             f"most {MAX_SEEDS} seeds per setting (the tables have no limit)")
-        styles.append((LINE_STYLES[nth % len(LINE_STYLES)], MARKERS[nth // len(LINE_STYLES)]))
-    return styles
 
 
 def group_colours(count: int) -> list[Any]:
@@ -180,49 +228,72 @@ def format_table(run: RunCurves, label: str, every: int | None) -> str:
     return "\n".join(lines)
 
 
+def _draw_band(axes: Sequence[Any], band: Band, colour: Any, marker: str | None) -> None:
+    """A band on one row of panels: its mean line over the min-max shade, against agent steps
+    (``axes[0]``) and the seeds' mean minutes (``axes[1]``)."""
+    for ax, x in zip(axes, (band.steps, band.minutes)):
+        ax.fill_between(x, band.low, band.high, color=colour, alpha=BAND_ALPHA, linewidth=0)
+        ax.plot(x, band.mean, color=colour, marker=marker, markersize=4)
+
+
 def figure(runs: list[RunCurves], group: list[int], labels: list[str]) -> Any:
     """The 2×2 figure: rows training / evaluation return, columns agent steps / minutes; when
     no run has an evaluation, only the training row (1×2), so no panel is left empty.
 
     Args:
-        runs: the runs, one line each.
-        group: each run's group (`line_labels`): its colour; the runs of a group differ in line
-            style and marker (`seed_styles`).
-        labels: each run's legend label.
+        runs: the runs.
+        group: each run's setting (`legend_labels`): its colour. A setting of one run is drawn as
+            its line; one of several as `_draw_band` of their `train_band` and `eval_band`, each
+            run a faint line behind it.
+        labels: each setting's legend label.
 
     Returns:
-        the matplotlib figure; the legend, outside the axes, has one entry per run.
+        the matplotlib figure; the legend, outside the axes, has one entry per setting (a line,
+        over a shade for a band).
 
     Raises:
-        UsageError: matplotlib is missing, or a group has more runs than can be told apart.
+        UsageError: matplotlib is missing.
     """
     plt = load_pyplot()
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
     from matplotlib.ticker import EngFormatter
 
-    styles = seed_styles(group)
-    colours = group_colours(max(group) + 1)
-    columns = 1 + (len(runs) - 1) // 36  # about 36 entries fit beside 8 inches of axes
+    colours = group_colours(len(labels))
+    columns = 1 + (len(labels) - 1) // 36  # about 36 entries fit beside 8 inches of axes
     rows = 2 if any(len(run.evals.steps) for run in runs) else 1
     fig, axes = plt.subplots(rows, 2, figsize=(12 + 3.5 * columns, 4 * rows), sharex="col", sharey="row",
                              layout="constrained", squeeze=False)
-    for run, g, (linestyle, marker), label in zip(runs, group, styles, labels):
-        style = {"color": colours[g], "linestyle": linestyle, "marker": marker}
-        # Markers about every tenth of the axes' diagonal on the dense training curves.
-        axes[0, 0].plot(run.train.steps, run.train.values, label=label, markevery=0.1, **style)
-        axes[0, 1].plot(run.train.minutes, run.train.values, markevery=0.1, **style)
+    handles = []
+    for g, colour in enumerate(colours):
+        members = [run for run, h in zip(runs, group) if h == g]
+        alone = len(members) == 1
+        style = {"color": colour} if alone else {"color": colour, **FAINT}
+        for run in members:
+            axes[0, 0].plot(run.train.steps, run.train.values, **style)
+            axes[0, 1].plot(run.train.minutes, run.train.values, **style)
+            if rows == 2:
+                axes[1, 0].plot(run.evals.steps, run.evals.values, marker="o" if alone else ".", **style)
+                axes[1, 1].plot(run.evals.minutes, run.evals.values, marker="o" if alone else ".", **style)
+        line = Line2D([], [], color=colour)
+        if alone:
+            handles.append(line)
+            continue
+        _draw_band(axes[0], train_band(members), colour, None)
         if rows == 2:
-            axes[1, 0].plot(run.evals.steps, run.evals.values, **style)
-            axes[1, 1].plot(run.evals.minutes, run.evals.values, **style)
+            _draw_band(axes[1], eval_band(members), colour, "o")
+        handles.append((Patch(color=colour, alpha=BAND_ALPHA, linewidth=0), line))
     axes[0, 0].set_ylabel(f"training return\n(mean of the last {runs[0].window} games)")
     if rows == 2:
         axes[1, 0].set_ylabel("evaluation return\n(mean over the evaluation's games)")
     axes[-1, 0].set_xlabel("agent steps")
     axes[-1, 0].xaxis.set_major_formatter(EngFormatter())
-    axes[-1, 1].set_xlabel("wall-clock minutes since the run's first event")
+    axes[-1, 1].set_xlabel("wall-clock minutes since the run's first event\n(bands: the seeds' mean minute)")
     for ax in axes.flat:
         ax.grid(alpha=0.3)
-    fig.legend(loc="outside right upper", fontsize="small", ncols=columns,
-               title="colour: setting; line and marker: seed", title_fontsize="small")
+    fig.legend(handles, labels, loc="outside right upper", fontsize="small", ncols=columns,
+               title="colour: setting; line: mean of its seeds,\nshade: their min to max, faint: each seed",
+               title_fontsize="small")
     return fig
 
 
@@ -245,12 +316,13 @@ def _plot(argv: list[str] | None) -> None:
     if args.output is not None:
         load_pyplot()  # fail before reading the runs, which can take a while
     runs = [read_run(folder, args.window) for folder in args.runs]
-    group, labels = line_labels(runs)
+    if args.markdown:
+        print(markdown(runs, args.every, args.threshold), flush=True)
+    else:
+        print("\n\n".join(format_table(run, label, args.every) for run, label in zip(runs, run_labels(runs))),
+              flush=True)
     if args.output is not None:
-        seed_styles(group)  # refuse runs that could not be told apart before printing anything
-    print("\n\n".join(format_table(run, label, args.every) for run, label in zip(runs, labels)), flush=True)
-    if args.output is not None:
-        draw(runs, group, labels, Path(args.output))
+        draw(runs, *legend_labels(runs), Path(args.output))
         print(f"wrote {args.output}", file=sys.stderr)
 
 

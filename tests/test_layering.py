@@ -58,6 +58,7 @@ FORBIDDEN = {
     "trainer": {"vecdqn.cli", "vecdqn.benchmarks", "vecdqn.distributed", "ray"},
     "core": {"vecdqn.trainer", "vecdqn.cli", "vecdqn.benchmarks", "vecdqn.distributed", "ray"},
     "curves": {"torch", "matplotlib", "gymnasium", "vecdqn.trainer", "vecdqn.agent"},
+    "tables": {"torch", "matplotlib", "gymnasium", "vecdqn.trainer", "vecdqn.agent", "vecdqn.metrics"},
     "cli": {"vecdqn.benchmarks"},
     # Ray is optional: only the modules that need it import it, and the package itself does not.
     "distributed/__init__": {"ray", "torch", "vecdqn.distributed.pool"},  # the learner: lazily, on use

@@ -1,7 +1,9 @@
-"""Learning curves read from event files (vecdqn/curves.py) and scripts/plot.py's figure, tables and errors.
+"""Learning curves read from event files (vecdqn/curves.py), seeds aggregated to bands, the
+Markdown tables of vecdqn/tables.py, and scripts/plot.py's figure, tables and errors.
 
-The runs here are event files written with the trainer's own writer (SummaryWriter) at known
-steps, wall times and values, so every curve point is checked against a hand computation.
+The runs here are event files written with the trainer's own writer (SummaryWriter) and the
+checkpoint evaluations' (EvalLog) at known steps, wall times and values, so every curve point and
+table cell is checked against a hand computation.
 """
 
 import dataclasses
@@ -16,7 +18,21 @@ import numpy as np
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-from vecdqn.curves import EVAL_TAG, TRAIN_TAG, RunCurves, Scalars, read_run, report, seed_groups, trailing_mean
+from vecdqn.config import Config
+from vecdqn.curves import (
+    EVAL_TAG,
+    TRAIN_TAG,
+    RunCurves,
+    Scalars,
+    eval_band,
+    read_run,
+    report,
+    seed_groups,
+    trailing_mean,
+    train_band,
+)
+from vecdqn.metrics import EvalLog
+from vecdqn.tables import markdown, signed
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "plot.py"
@@ -185,31 +201,32 @@ def _curves(name: str, **config) -> RunCurves:
     return RunCurves(Path(name), {**CONFIG, **config}, games, games, evals, games, window=100)
 
 
-def test_twelve_settings_of_six_seeds_are_all_drawn_apart():
-    """72 runs: no two share colour, line style and marker in any panel, and the legend names each
-    run's setting and seed (with ten colours and four line styles, 12 x 6 runs drew alike)."""
+def test_twelve_settings_of_six_seeds_are_twelve_bands():
+    """72 runs: each setting one colour (all twelve different), one band and one mean line per
+    panel over its six faint seeds, and one legend entry naming the setting and its seeds."""
     pytest.importorskip("matplotlib")
+    from matplotlib.collections import PolyCollection
     from matplotlib.colors import to_hex
 
     rates = [1e-4 * (k + 1) for k in range(12)]
     runs = [_curves(f"lr{k}_s{seed}", learning_rate=rate, seed=seed) for k, rate in enumerate(rates)
             for seed in range(1, 7)]
-    group, labels = plot.line_labels(runs)
+    group, labels = plot.legend_labels(runs)
     assert group == [k for k in range(12) for _ in range(6)]
     fig = plot.figure(runs, group, labels)
     try:
         for ax in fig.axes:
             lines = ax.get_lines()
-            assert len(lines) == 72
-            assert len({(to_hex(line.get_color()), line.get_linestyle(), line.get_marker()) for line in lines}) == 72
-        colours = [to_hex(line.get_color()) for line in fig.axes[0].get_lines()]
-        assert len(set(colours)) == 12 and all(colours[i] == colours[i - i % 6] for i in range(72))
+            assert len(lines) == 12 * 7  # per setting: six faint seeds, then the mean
+            assert [line.get_alpha() for line in lines] == ([plot.FAINT["alpha"]] * 6 + [None]) * 12
+            assert len([c for c in ax.collections if isinstance(c, PolyCollection)]) == 12
+            colours = [to_hex(line.get_color()) for line in lines]
+            assert len(set(colours)) == 12 and all(colours[i] == colours[i - i % 7] for i in range(84))
         (legend,) = fig.legends
         texts = [t.get_text() for t in legend.get_texts()]
-        assert texts == labels and len(set(texts)) == 72
-        for k, rate in enumerate(rates):
-            for seed in range(1, 7):
-                assert texts[6 * k + seed - 1] == f"vecdqn/Catch-v0 (preset catch) learning_rate={rate}, seed {seed}"
+        assert texts == labels
+        seeds = "seeds 1, 2, 3, 4, 5, 6: mean, min to max"
+        assert texts == [f"vecdqn/Catch-v0 (preset catch) learning_rate={rate}, {seeds}" for rate in rates]
     finally:
         plot.load_pyplot().close(fig)
 
@@ -221,20 +238,15 @@ def test_runs_without_evaluations_get_no_evaluation_panels():
     none = Scalars(np.array([], dtype=np.int64), np.array([]), np.array([]))
     bare = _curves("a", seed=1)
     bare = dataclasses.replace(bare, evals=none)
-    for runs, panels in (([bare], 2), ([bare, _curves("b", seed=2)], 4)):
-        fig = plot.figure(runs, *plot.line_labels(runs))
+    # One run: its line; two seeds: two faint lines and their mean.
+    for runs, panels, lines in (([bare], 2, 1), ([bare, _curves("b", seed=2)], 4, 3)):
+        fig = plot.figure(runs, *plot.legend_labels(runs))
         try:
             assert len(fig.axes) == panels
-            assert all(len(ax.get_lines()) == len(runs) for ax in fig.axes[:2])
+            assert all(len(ax.get_lines()) == lines for ax in fig.axes[:2])
             assert fig.axes[-2].get_xlabel() == "agent steps"
         finally:
             plot.load_pyplot().close(fig)
-
-
-def test_more_seeds_of_one_setting_than_styles_are_refused():
-    assert len(set(plot.seed_styles([0] * plot.MAX_SEEDS))) == plot.MAX_SEEDS
-    with pytest.raises(plot.UsageError, match=f"{plot.MAX_SEEDS + 1} runs of one setting cannot be told apart"):
-        plot.seed_styles([0] * (plot.MAX_SEEDS + 1))
 
 
 def test_tables_without_output_need_no_figure(two_seeds, capsys):
@@ -295,6 +307,8 @@ def test_missing_matplotlib_is_one_line(two_seeds, tmp_path):
         (["{run}", "-o", "{tmp}/empty.png"], "is a folder; give a file name"),
         (["{run}", "--window", "0"], "--window 0 must be at least 1 game"),
         (["{run}", "--every", "-5"], "--every -5 must be a positive number"),
+        (["{run}", "--threshold", "18"], "--threshold 18 goes with --markdown"),
+        (["{run}", "--markdown", "--threshold", "nan"], "--threshold nan must be a finite return"),
         (["{run}", "--out", "x.png"], "unrecognized arguments: --out x.png (see plot.py --help)"),
         ([], "the following arguments are required: RUN (see plot.py --help)"),
     ],
@@ -325,3 +339,156 @@ def test_unwritable_output_folder_is_one_line_before_any_run_is_read(two_seeds, 
     assert plot.main([str(two_seeds[0]), "-o", "/proc/curves.png"]) == 2
     assert capsys.readouterr() == ("", "plot.py: error: -o /proc/curves.png is not writable: no file can be created "
                                        "in /proc; choose a path you can write\n")
+
+
+# --- seeds of one setting: bands and Markdown tables --------------------------------------------------------
+#
+# Two seeds of one setting (n_step 1), with checkpoint evaluations at different steps, and one
+# run of another (n_step 3) without any; each plays 30 games, game i ending at agent step
+# 100 (i + 1). With --window 2 every training return is the mean of two games.
+#
+#   run       game i's return   game i's time        checkpoint evaluations (step: return @ saved)
+#   s1        -21 + i           6 (i + 1) s          1000: -20 @ 66 s, 2000: +19 @ 126 s
+#   s2        -21 + 2 i         12 (i + 1) s         1000: -21 @ 126 s, 2000: +5 @ 246 s, 3000: +18 @ 366 s
+#   nstep3    i % 3             6 (i + 1) s          none
+#
+# So at step 1000 (games 8 and 9 the last two): s1 trains at (-13 - 12) / 2 = -12.5, s2 at
+# (-5 - 3) / 2 = -4, nstep3 at (2 + 0) / 2 = 1; at 2000 (games 18, 19): -2.5, +16, +0.5; at 3000
+# (games 28, 29): s2 +36, nstep3 +1.5.
+
+SEEDS_EVALS = {1: {1000: (-20.0, 66), 2000: (19.0, 126)}, 2: {1000: (-21.0, 126), 2000: (5.0, 246), 3000: (18.0, 366)}}
+
+
+def make_setting_run(folder: Path, seed: int, returns: list[float], seconds_per_game: float,
+                     evaluations: dict[int, tuple[float, float]], n_step: int) -> Path:
+    """A run as scripts/train.py and scripts/evaluate.py --every-checkpoint leave it: event files,
+    ``config.json`` (`Config.to_json`) and ``checkpoint-evals/`` (`EvalLog`)."""
+    rows = [(100 * (i + 1), r, T0 + seconds_per_game * (i + 1)) for i, r in enumerate(returns)]
+    write_events(folder, T0, {TRAIN_TAG: rows})
+    config = Config(env_id="vecdqn/Catch-v0", preset="catch", seed=seed, n_step=n_step, run_name=folder.name)
+    (folder / "config.json").write_text(config.to_json())
+    if evaluations:
+        with EvalLog(folder) as log:
+            for step, (value, seconds) in evaluations.items():
+                log.add(step, {EVAL_TAG: value, "eval/return_std": 0.0}, wall_time=T0 + seconds)
+            log.save()
+    return folder
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory) -> list[Path]:
+    """s1 and s2 (two seeds of one setting), then nstep3 (another); see the table above."""
+    runs = tmp_path_factory.mktemp("settings")
+    return [
+        make_setting_run(runs / "s1", 1, [-21.0 + i for i in range(30)], 6, SEEDS_EVALS[1], n_step=1),
+        make_setting_run(runs / "s2", 2, [-21.0 + 2 * i for i in range(30)], 12, SEEDS_EVALS[2], n_step=1),
+        make_setting_run(runs / "nstep3", 1, [float(i % 3) for i in range(30)], 6, {}, n_step=3),
+    ]
+
+
+def test_signed_numbers_use_a_minus_sign_and_no_sign_on_zero():
+    assert [signed(x, 1) for x in (0.8, -20.42, 20.56, -0.04, 0.0)] == ["+0.8", "−20.4", "+20.6", "0.0", "0.0"]
+    assert signed(-12.5, 2) == "−12.50" and signed(float("nan"), 2) == "—"
+
+
+def test_bands_aggregate_where_every_seed_has_a_value(settings):
+    runs = [read_run(path, window=2) for path in settings[:2]]
+    band = eval_band(runs)  # step 3000: s2 alone, left out
+    assert band.steps.tolist() == [1000, 2000]
+    assert band.mean.tolist() == [-20.5, 12.0] and band.low.tolist() == [-21.0, 5.0]
+    assert band.high.tolist() == [-20.0, 19.0]
+    np.testing.assert_allclose(band.minutes, [(1.1 + 2.1) / 2, (2.1 + 4.1) / 2])
+    band = train_band(runs)  # both from their first game (step 100) to their last step (3000)
+    assert band.steps.tolist() == list(range(100, 3001, 100))
+    k = band.steps.tolist().index(1000)
+    assert (band.mean[k], band.low[k], band.high[k]) == (-8.25, -12.5, -4.0)
+    # The run's clock at a step is the latest event there: the checkpoint's save, after the game.
+    assert band.minutes[k] == pytest.approx((1.1 + 2.1) / 2)
+    assert band.mean[0] == (-21.0 - 21.0) / 2  # one game each at step 100
+
+
+def test_markdown_tables_by_hand(settings, capsys):
+    s1, s2, nstep3 = settings
+    assert plot.main([*map(str, settings), "--markdown", "--window", "2", "--every", "1000",
+                      "--threshold", "18"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.split("\n\n") == [
+        f"**vecdqn/Catch-v0 (preset catch) n_step=1**, algo dqn, 2 seeds: seed 1 `{s1}`, seed 2 `{s2}`; "
+        "training: mean return of the last 2 games.",
+        "| agent steps | seed 1: minutes | training | evaluation | seed 2: minutes | training | evaluation "
+        "| evaluation: mean | range |\n"
+        "|---|---|---|---|---|---|---|---|---|\n"
+        "| 1,000 | 1.1 | −12.50 | −20.0 | 2.1 | −4.00 | −21.0 | −20.5 | −21.0 to −20.0 |\n"
+        "| 2,000 | 2.1 | −2.50 | **+19.0** | 4.1 | +16.00 | +5.0 | +12.0 | +5.0 to +19.0 |\n"
+        "| 3,000 | — | — | — | 6.1 | +36.00 | **+18.0** | — | — |",
+        "| run | evaluation ≥ +18: first agent step | minutes | evaluation | best evaluation (agent step) |\n"
+        "|---|---|---|---|---|\n"
+        "| seed 1 | 2,000 | 2.1 | +19.0 | +19.0 (2,000) |\n"
+        "| seed 2 | 3,000 | 6.1 | +18.0 | +18.0 (3,000) |",
+        f"**vecdqn/Catch-v0 (preset catch) n_step=3**, algo dqn, 1 run: seed 1 `{nstep3}`; "
+        "training: mean return of the last 2 games.",
+        "| agent steps | seed 1: minutes | training |\n"
+        "|---|---|---|\n"
+        "| 1,000 | 1.0 | +1.00 |\n"
+        "| 2,000 | 2.0 | +0.50 |\n"
+        "| 3,000 | 3.0 | +1.50 |",
+        # Never 18; the best mean of two games, +1.50, first over games 1 and 2 (counting from 0).
+        "| run | training (full 2 games) ≥ +18: first agent step | minutes | game | best training (agent step) |\n"
+        "|---|---|---|---|---|\n"
+        "| seed 1 | — | — | — | +1.50 (300) |\n",
+    ]
+
+
+def test_training_threshold_counts_full_windows_only(settings):
+    """Game 0 alone scores 0: a threshold of 0 is reached once two games are in, at game 2 (step
+    200, 12 s; games counted from 1); 1.5 first by games 2 and 3 (step 300, 18 s)."""
+    run = read_run(settings[2], window=2)
+    table = markdown([run], every=1000, threshold=1.5).split("\n\n")[-1]
+    assert table.splitlines()[-1] == "| seed 1 | 300 | 0.3 | 3 | +1.50 (300) |"
+    table = markdown([run], every=1000, threshold=0).split("\n\n")[-1]
+    assert table.splitlines()[0].startswith("| run | training (full 2 games) ≥ 0: first agent step |")
+    assert table.splitlines()[-1] == "| seed 1 | 200 | 0.2 | 2 | +1.50 (300) |"
+
+
+def test_training_rows_of_several_seeds_aggregate_the_training_return(settings, tmp_path):
+    """Without evaluations the mean and range are of the training return; a seed that stopped
+    earlier has no cells past its last step, and its last step is a row."""
+    short = make_setting_run(tmp_path / "nstep3_s2", 2, [2.0 * (i % 3) for i in range(25)], 12, {}, n_step=3)
+    runs = [read_run(settings[2], window=2), read_run(short, window=2)]
+    lines = markdown(runs, every=1000).splitlines()
+    assert lines[0].startswith("**vecdqn/Catch-v0 (preset catch)**, algo dqn, 2 seeds: seed 1 ")
+    assert lines[2] == ("| agent steps | seed 1: minutes | training | seed 2: minutes | training | training: mean "
+                        "| range |")
+    # Seed 2 scores twice what seed 1 does, at half its speed, and stops after 25 games.
+    assert lines[4:] == [
+        "| 1,000 | 1.0 | +1.00 | 2.0 | +2.00 | +1.50 | +1.00 to +2.00 |",
+        "| 2,000 | 2.0 | +0.50 | 4.0 | +1.00 | +0.75 | +0.50 to +1.00 |",
+        "| 2,500 | 2.5 | +1.00 | 5.0 | +2.00 | +1.50 | +1.00 to +2.00 |",  # seed 2's last step: games 23, 24
+        "| 3,000 | 3.0 | +1.50 | — | — | — | — |",
+    ]
+
+
+def test_band_figure_is_written(settings, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from matplotlib.collections import PolyCollection
+
+    runs = [read_run(path, window=2) for path in settings]
+    group, labels = plot.legend_labels(runs)
+    assert group == [0, 0, 1]
+    assert labels == ["vecdqn/Catch-v0 (preset catch) n_step=1, seeds 1, 2: mean, min to max",
+                      "vecdqn/Catch-v0 (preset catch) n_step=3, seed 1"]
+    fig = plot.figure(runs, group, labels)
+    try:
+        by_steps, by_minutes = fig.axes[2:]  # the evaluation row
+        assert len([c for c in by_steps.collections if isinstance(c, PolyCollection)]) == 1
+        mean = by_steps.get_lines()[2]  # after the two seeds' faint lines
+        assert mean.get_xdata().tolist() == [1000, 2000] and mean.get_ydata().tolist() == [-20.5, 12.0]
+        np.testing.assert_allclose(by_minutes.get_lines()[2].get_xdata(), [1.6, 3.1])
+    finally:
+        plot.load_pyplot().close(fig)
+    png = tmp_path / "bands.png"
+    assert plot.main([*map(str, settings), "--markdown", "-o", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    out, err = capsys.readouterr()
+    assert out.startswith("**vecdqn/Catch-v0 (preset catch) n_step=1**") and err == f"wrote {png}\n"

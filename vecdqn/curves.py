@@ -6,10 +6,12 @@ A run folder (``runs/<name>/``, made by ``scripts/train.py``) holds the event fi
 `CHECKPOINT_EVALS` (`vecdqn.metrics.EvalLog`). The curves come from two tags:
 ``charts/episodic_return`` (one scalar per finished game, at the agent step it finished) and
 ``eval/return_mean`` (one per periodic evaluation); the steps and times of every scalar tag make
-the run's clock (when it passed which step). Drawing is left to ``scripts/plot.py``.
+the run's clock (when it passed which step). Seeds of one setting (`seed_groups`) aggregate to a
+`Band`: their mean, minimum and maximum at the agent steps where every seed has a value. Drawing
+is left to ``scripts/plot.py``, Markdown tables to `vecdqn.tables`.
 
 Shape legend: ``G`` games finished, ``V`` evaluations, ``T`` scalar events of any tag (the
-run's clock), ``K`` query steps.
+run's clock), ``K`` query steps, ``R`` runs (the seeds of one setting).
 
 Units: steps are agent steps summed over envs (1 agent step = frame-skip emulator frames);
 times are wall-clock minutes since the run's first event, the one written when its log opened.
@@ -18,6 +20,7 @@ A run stopped and resumed later counts the pause too.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -323,3 +326,76 @@ def _distinct_labels(base: str, experiments: list[dict[str, Any]]) -> list[str]:
             break
         shown += 1
     return [label + (" ..." if shown < len(differ) else "") for label in labels]
+
+
+@dataclass
+class Band:
+    """The seeds of one setting at the agent steps where every seed has a value.
+
+    Attributes:
+        steps: ``(K,) int64`` agent steps, increasing.
+        minutes: ``(K,) float64`` the mean over the seeds of the minute each reached the step.
+        mean, low, high: ``(K,) float64`` mean, minimum and maximum over the seeds.
+    """
+
+    steps: np.ndarray
+    minutes: np.ndarray
+    mean: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+
+
+def _band(steps: np.ndarray, minutes: np.ndarray, values: np.ndarray) -> Band:
+    """``steps (K,)``, ``minutes (R, K)``, ``values (R, K)`` -> their `Band` over the ``R`` seeds."""
+    if not len(steps):
+        empty = np.array([], dtype=np.float64)
+        return Band(np.array([], dtype=np.int64), empty, empty, empty, empty)
+    return Band(steps.astype(np.int64), minutes.mean(axis=0), values.mean(axis=0), values.min(axis=0),
+                values.max(axis=0))
+
+
+def eval_band(runs: Sequence[RunCurves]) -> Band:
+    """The evaluation return of ``runs`` (seeds of one setting) at the agent steps at which every
+    one of them was evaluated; steps that only some seeds have are left out (empty if none is
+    shared)."""
+    if not runs:
+        raise ValueError("a band needs at least one run")
+    common = functools.reduce(np.intersect1d, [run.evals.steps for run in runs])
+    at = [np.searchsorted(run.evals.steps, common) for run in runs]
+    return _band(common, np.stack([run.evals.minutes[i] for run, i in zip(runs, at)]),
+                 np.stack([run.evals.values[i] for run, i in zip(runs, at)]))
+
+
+def train_band(runs: Sequence[RunCurves]) -> Band:
+    """The training return of ``runs`` (seeds of one setting) from the step at which every seed
+    has finished a game to the last step every seed has logged, at each step at which any of
+    them finished one (each seed's value there: the mean of its last `window` games so far)."""
+    if not runs:
+        raise ValueError("a band needs at least one run")
+    if any(not len(run.games.steps) for run in runs):
+        return _band(np.array([], dtype=np.int64), np.empty((len(runs), 0)), np.empty((len(runs), 0)))
+    start = max(int(run.games.steps[0]) for run in runs)
+    end = min(run.last_step for run in runs)
+    steps = functools.reduce(np.union1d, [run.games.steps for run in runs])
+    steps = steps[(steps >= start) & (steps <= end)]
+    return _band(steps, np.stack([run.minutes_at(steps) for run in runs]),
+                 np.stack([run.train_return_at(steps) for run in runs]))
+
+
+@dataclass
+class Crossing:
+    """Where a curve first reaches a threshold: ``step`` (agent step), ``minutes`` and ``value``."""
+
+    step: int
+    minutes: float
+    value: float
+
+
+def first_reaching(curve: Scalars, threshold: float, skip: int = 0) -> Crossing | None:
+    """The first point of ``curve``, after its first ``skip``, whose value is at least
+    ``threshold``; None if there is none."""
+    reached = np.flatnonzero(curve.values[skip:] >= threshold)
+    if not len(reached):
+        return None
+    i = skip + int(reached[0])
+    return Crossing(int(curve.steps[i]), float(curve.minutes[i]), float(curve.values[i]))
