@@ -315,6 +315,7 @@ def test_two_actors_feed_one_replay(tmp_path, local_ray):
     assert scalars["distributed/weights_version"][-1] > 0
 
 
+@pytest.mark.slow  # over 15 s: kept out of CI's 10 minutes (python -m pytest -m slow)
 def test_killed_actor_is_restarted_and_the_run_finishes(tmp_path, local_ray):
     trainer = distributed(tmp_path, total_steps=1_200)
     result = {}
@@ -495,6 +496,7 @@ def session_processes(session: int) -> list[psutil.Process]:
     return found
 
 
+@pytest.mark.slow  # over 15 s: kept out of CI's 10 minutes (python -m pytest -m slow)
 def test_ctrl_c_while_ray_starts_leaves_no_ray_process(tmp_path):
     """Finding 4: two Ctrl-C's (SIGINT to the whole process group, as a terminal sends it) while
     Ray starts: the run stops with a checkpoint once Ray is up and no Ray process of its own lives

@@ -104,6 +104,7 @@ def test_an_env_that_raises_is_one_line_on_the_console_and_its_traceback_in_erro
 
 
 # 2. A checkpoint and its saved replay out of step --------------------------------------------------
+@pytest.mark.slow  # over 15 s: kept out of CI's 10 minutes (python -m pytest -m slow)
 def test_a_kill_between_the_replay_and_the_checkpoint_never_pairs_them(tmp_path):
     """Killed after the step-800 replay is written but before the step-800 checkpoint replaces
     the step-400 one: the resume uses the step-400 pair and matches an uninterrupted run."""

@@ -37,6 +37,7 @@ def test_a_run_folder_is_one_process_s_and_an_unchosen_name_moves_aside(tmp_path
     os.close(fd)
 
 
+@pytest.mark.slow  # over 15 s: kept out of CI's 10 minutes (python -m pytest -m slow)
 def test_the_same_run_name_started_twice_at_once_is_refused_in_one_line(tmp_path):
     """The first run holds its folder; the second, started meanwhile, exits 2 and leaves the
     first's folder as it was."""

@@ -181,6 +181,7 @@ def wandb_env(tmp_path: Path) -> dict[str, str]:
             "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"), "WANDB_CACHE_DIR": str(tmp_path / "wandb-cache")}
 
 
+@pytest.mark.slow  # over 15 s: kept out of CI's 10 minutes (python -m pytest -m slow)
 def test_a_hard_killed_tracked_run_loses_no_history(tmp_path):
     """Killed (no clean exit) at agent step 1,000 with the last checkpoint at 800, then resumed to
     1,600: the W&B run holds every point TensorBoard shows, the killed part's included, once per

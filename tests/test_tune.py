@@ -244,6 +244,7 @@ def median_pruner_says(earlier, trial, step: int) -> bool:
     return optuna.pruners.MedianPruner(n_startup_trials=1).prune(reference, partial)
 
 
+@pytest.mark.slow  # over 15 s: kept out of CI's 10 minutes (python -m pytest -m slow)
 def test_study_completes_and_follows_its_pruner(study):
     import optuna
 
@@ -288,6 +289,7 @@ def test_study_completes_and_follows_its_pruner(study):
     assert not leftovers
 
 
+@pytest.mark.slow  # over 15 s: kept out of CI's 10 minutes (python -m pytest -m slow)
 def test_second_invocation_continues_the_study_and_prunes(study):
     """The same study again, one more trial, with a pruner that stops every trial at its first
     evaluation (Catch returns are at most 1)."""
@@ -308,6 +310,7 @@ def test_second_invocation_continues_the_study_and_prunes(study):
     assert not processes_using(runs)
 
 
+@pytest.mark.slow  # over 15 s: kept out of CI's 10 minutes (python -m pytest -m slow)
 def test_other_fixed_options_do_not_continue_a_study(study):
     runs, _ = study
     done = run_tune("--study-name", "catch", *SPACE, "--", *TRAIN, "--seed", "2", "--log-dir", str(runs))
@@ -324,6 +327,7 @@ def test_other_fixed_options_do_not_continue_a_study(study):
      "--space n_step=1,2,3: study 'catch' samples n_step=1:3 (a linear integer range), and Optuna cannot continue it "
      "as choices; give --space n_step=1:3 to continue"),
 ])
+@pytest.mark.slow  # over 15 s: kept out of CI's 10 minutes (python -m pytest -m slow)
 def test_a_changed_space_does_not_continue_a_study(study, capsys, space, message):
     """A dimension that Optuna cannot continue is refused before any trial, the study untouched."""
     runs, _ = study
@@ -409,6 +413,7 @@ def test_only_trials_whose_tuner_is_gone_are_marked_failed(tmp_path):
     assert [t.state for t in study.get_trials()] == [running, failed, failed, running, running]
 
 
+@pytest.mark.slow  # over 15 s: kept out of CI's 10 minutes (python -m pytest -m slow)
 def test_ctrl_c_checkpoints_the_trial_and_marks_it_failed(tmp_path):
     """SIGINT to the tuner: its trial's run checkpoints and exits, the trial is marked failed, the
     tuner exits 130, nothing is left running, and the same command continues the study."""
@@ -440,6 +445,7 @@ def test_ctrl_c_checkpoints_the_trial_and_marks_it_failed(tmp_path):
     assert not processes_using(runs)
 
 
+@pytest.mark.slow  # over 15 s: kept out of CI's 10 minutes (python -m pytest -m slow)
 def test_a_killed_tuner_takes_its_trial_down_and_the_next_run_marks_it_failed(tmp_path):
     """SIGKILL to the tuner (no chance to forward anything): the trial's run notices, checkpoints
     and exits as on Ctrl-C; no process is left; the same command again marks the trial failed (its
