@@ -23,7 +23,7 @@ from vecdqn.replay import PrioritizedReplayBuffer
 from vecdqn.staging import check_amp, select_device
 from vecdqn.tracking import check_wandb_names, require_wandb
 
-__all__ = ["ConfigError", "available_memory_bytes", "check_ray_address", "preflight", "ray_address"]
+__all__ = ["ConfigError", "available_memory_bytes", "check_ray_address", "preflight", "ray_address", "said_ray_address"]
 
 # Resident memory of one env worker process (an ALE game; most of it shared with the parent when
 # forked), counted in full so that spawned workers fit too.
@@ -238,6 +238,17 @@ def ray_address(option: str) -> tuple[str, str]:
     return option, "--ray-address" if option else ""
 
 
+def said_ray_address(option: str) -> str:
+    """How an error names the Ray instance `ray_address` picks: ``RAY_ADDRESS=<value>`` or
+    ``--ray-address <value>``.
+
+    >>> said_ray_address("10.0.0.5:6379")
+    '--ray-address 10.0.0.5:6379'
+    """
+    address, given = ray_address(option)
+    return f"RAY_ADDRESS={address}" if given == "RAY_ADDRESS" else f"--ray-address {address}"
+
+
 def ray_cluster_file() -> Path:
     """Where ``ray start --head`` records the address that ``auto`` joins (Ray's temp folder:
     ``$RAY_TMPDIR``, else on Linux ``$TMPDIR``, else ``/tmp``)."""
@@ -268,7 +279,7 @@ def check_ray_address(config: Config) -> None:
     ray = sys.modules.get("ray")
     if not address or address == "local" or (ray is not None and ray.is_initialized()):
         return
-    said = f"RAY_ADDRESS={address}" if given == "RAY_ADDRESS" else f"--ray-address {address}"
+    said = said_ray_address(config.ray_address)
     fix = ("unset RAY_ADDRESS to let the run start its own local Ray instance, start the cluster "
            "('ray start --head'), or give a running one's address with --ray-address host:port"
            if given == "RAY_ADDRESS" else

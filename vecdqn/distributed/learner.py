@@ -44,7 +44,7 @@ from vecdqn.distributed import require_ray
 from vecdqn.distributed.blocks import Block, BlockIngest
 from vecdqn.distributed.pool import ActorPool, start_ray
 from vecdqn.envs import make_env
-from vecdqn.preflight import ConfigError
+from vecdqn.preflight import ConfigError, ray_address
 from vecdqn.staging import default_torch_threads
 from vecdqn.trainer import TrainerBase
 
@@ -56,7 +56,7 @@ def learner_threads(config: Config, device_type: str, cpu_count: int | None = No
     actors run on this machine (a local Ray instance): idle-spinning torch threads that lose
     their cores to the actors slow every update several-fold."""
     cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
-    local = 0 if config.ray_address or os.environ.get("RAY_ADDRESS") else config.actors
+    local = 0 if ray_address(config.ray_address)[0] else config.actors
     return max(1, default_torch_threads(local, cores, device_type) - (local if device_type == "cpu" else 0))
 
 

@@ -39,7 +39,7 @@ from vecdqn.config import Config
 from vecdqn.distributed.actor import Actor, apex_epsilons
 from vecdqn.distributed.blocks import Block
 from vecdqn.envs import WorkerError
-from vecdqn.preflight import ConfigError, ray_address
+from vecdqn.preflight import ConfigError, ray_address, said_ray_address
 
 __all__ = ["ActorPool", "start_ray"]
 
@@ -69,16 +69,14 @@ def start_ray(address: str, actors: int) -> bool:
         return False
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        if address or os.environ.get("RAY_ADDRESS"):
+        if ray_address(address)[0]:
             # Ray refuses num_cpus/num_gpus when it joins: the instance was sized when it started.
             try:
                 ray.init(address=address or None, log_to_driver=False, logging_level=logging.WARNING)
             except ConnectionError as err:
-                joined, given = ray_address(address)
-                said = f"RAY_ADDRESS={joined}" if given == "RAY_ADDRESS" else f"--ray-address {joined}"
-                raise ConfigError(f"{said}: {first_line(err)}; start that Ray instance, give a running one's "
-                                  "address with --ray-address, or leave both out to let the run start its own"
-                                  ) from None
+                raise ConfigError(f"{said_ray_address(address)}: {first_line(err)}; start that Ray instance, give a "
+                                  "running one's address with --ray-address, or leave both out to let the run start "
+                                  "its own") from None
         else:
             ray.init(_node_ip_address="127.0.0.1", include_dashboard=False,
                      num_cpus=max(os.cpu_count() or 1, actors), log_to_driver=False, logging_level=logging.WARNING)

@@ -55,15 +55,15 @@ class _KeepTraceback(gym.Wrapper):
     gets the pickled exception from gymnasium."""
 
     def reset(self, **kwargs: Any) -> Any:
-        try:
-            return self.env.reset(**kwargs)
-        except Exception as err:
-            err.worker_traceback = traceback.format_exc()  # type: ignore[attr-defined]
-            raise
+        return self._traced(self.env.reset, **kwargs)
 
     def step(self, action: Any) -> Any:
+        return self._traced(self.env.step, action)
+
+    @staticmethod
+    def _traced(call: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            return self.env.step(action)
+            return call(*args, **kwargs)
         except Exception as err:
             err.worker_traceback = traceback.format_exc()  # type: ignore[attr-defined]
             raise
