@@ -133,3 +133,55 @@ def test_the_overlapped_update_is_a_function_of_the_seed_and_resumes_exactly(tmp
         assert all(torch.equal(runs[0][k], other[k]) for k in runs[0])
     plain = sequential.core.learner.network.state_dict()
     assert not all(torch.equal(runs[0][k], plain[k]) for k in plain)
+
+
+def _reference_lambda_returns(rewards, terminated, truncated, next_q_max, gamma, lam):
+    """Peng's Q(λ) forward-view recursion written again, for one rollout, in NumPy."""
+    t_len = rewards.shape[0]
+    out = np.zeros_like(rewards, dtype=np.float64)
+    for n in range(rewards.shape[1]):
+        for t in reversed(range(t_len)):
+            one_step = rewards[t, n] + gamma * (0.0 if terminated[t, n] else next_q_max[t, n])
+            if t == t_len - 1 or terminated[t, n] or truncated[t, n]:
+                out[t, n] = one_step
+            else:
+                out[t, n] = rewards[t, n] + gamma * (lam * out[t + 1, n] + (1 - lam) * next_q_max[t, n])
+    return out
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_bootstrapping_across_rollouts_over_a_whole_run(tmp_path, monkeypatch, overlap):
+    """Episodes longer than a rollout (Catch: 9 agent steps; rollouts of 4): over a whole run,
+    every step that did not end an episode bootstraps from the next observation of its env, also
+    where that observation is the first row of the next rollout, and every rollout's returns are
+    the Q(λ) recursion of its own rows. The network is held fixed (its updates are recorded, not
+    taken), so every Q-value can be asked again afterwards."""
+    learned = []
+
+    def record(self, rollout, returns):
+        learned.append(({name: array.copy() for name, array in rollout.items()}, returns.numpy().copy()))
+        return {"td_loss": 0.0, "q_values": 0.0, "grad_norm": 0.0}
+
+    monkeypatch.setattr(PQNLearner, "_update", record)
+    config = pqn_config(tmp_path, num_envs=2, rollout_steps=4, minibatches=2, total_steps=200,
+                        overlap_update=overlap)
+    trainer = Trainer(config, progress=False, handle_signals=False)
+    trainer.run()
+    assert len(learned) >= 20
+    agent = trainer.core.learner.agent
+    rows = {name: np.concatenate([r[name] for r, _ in learned]) for name in learned[0][0]}
+    ended = rows["terminated"] | rows["truncated"]
+    steps, n_envs = rows["rewards"].shape
+    asked = agent.q_values(rows["obs"].reshape(steps * n_envs, *SHAPE)).max(dim=1).values.numpy()
+    asked = asked.reshape(steps, n_envs)
+    going_on = ~ended[:-1]
+    assert going_on.sum() > 100 and ended.sum() >= 10
+    crossing = going_on & ((np.arange(steps - 1) % 4) == 3)[:, None]  # last row of a rollout, episode goes on
+    assert crossing.sum() >= 10
+    np.testing.assert_allclose(rows["next_q_max"][:-1][going_on], asked[1:][going_on], rtol=1e-4, atol=1e-6)
+    # An ended step bootstraps from its final observation, not from the next episode's first.
+    assert not np.allclose(rows["next_q_max"][:-1][ended[:-1]], asked[1:][ended[:-1]], rtol=1e-4, atol=1e-6)
+    for rollout, returns in learned:
+        expected = _reference_lambda_returns(rollout["rewards"], rollout["terminated"], rollout["truncated"],
+                                             rollout["next_q_max"], config.gamma, config.q_lambda)
+        np.testing.assert_allclose(returns, expected, rtol=1e-5, atol=1e-6)
