@@ -41,16 +41,16 @@ def learned(trainer, episodes=100):
     return mean_return >= 0.8 and abs(start_q) <= 1.25, mean_return, start_q
 
 
-# The preset's first 12,000 of its 20,000 agent steps: epsilon reaches 0.01 at 10,000 and the mean of
-# the training games crosses 0.9 at ~10,300 (seed 1), so 12,000 show learning in 60% of the time.
-LEARNING_STEPS = 12_000
+# The preset's first 6,000 of its 20,000 agent steps: its greedy policy catches every ball from
+# ~4,000 on (seed 1, checkpoints every 1,000 evaluated as `learned` does), while the training games,
+# still at epsilon ~0.4, average well below 0.8; so `learned` (greedy) is the bar, in 30% of the run.
+LEARNING_STEPS = 6_000
 
 
 def test_catch_preset_learns(tmp_path):
     trainer = Trainer(replace(preset(tmp_path), total_steps=LEARNING_STEPS), progress=False, handle_signals=False)
     summary = trainer.run()
     assert summary["steps"] == LEARNING_STEPS
-    assert summary["mean_return"] >= 0.8, summary  # training games, epsilon 0.01
     ok, mean_return, start_q = learned(trainer)
     assert ok, (mean_return, start_q)
 
@@ -74,9 +74,15 @@ def broken_learner(request, monkeypatch):
     return request.param
 
 
+# How long each faulty learner runs. A flipped sign fails at once; a learner that ignores
+# terminations still plays well and shows itself only in its Q-values, which reach ~2 late in the
+# run: it runs the preset's first 12,000 agent steps, where the correct learner passes too.
+FAULT_STEPS = {"flipped_target_sign": LEARNING_STEPS, "ignored_termination": 12_000}
+
+
 def test_broken_learner_does_not_learn(tmp_path, broken_learner):
-    """The same run as `test_catch_preset_learns` with a wrong TD target does not learn."""
-    config = replace(preset(tmp_path), total_steps=LEARNING_STEPS)
+    """The run of `test_catch_preset_learns` with a wrong TD target does not learn."""
+    config = replace(preset(tmp_path), total_steps=FAULT_STEPS[broken_learner])
     trainer = Trainer(config, progress=False, handle_signals=False)
     trainer.run()
     ok, mean_return, start_q = learned(trainer, episodes=50)
@@ -99,9 +105,15 @@ def pqn_preset(tmp_path, *extra):
     return parse_args(["--preset", "catch-pqn", "--log-dir", str(tmp_path), "--seed", "1", *extra])
 
 
+# The catch-pqn preset's first 8,000 of its 12,000 agent steps: epsilon reaches 0.01 at 5,000 and
+# the greedy policy catches every ball from ~6,000 on (seed 1, checkpoints every 1,000).
+PQN_LEARNING_STEPS = 8_000
+
+
 def test_catch_pqn_preset_learns(tmp_path):
     """PQN (``--algo pqn``) through the same path: the same bar for having learned."""
-    trainer = Trainer(pqn_preset(tmp_path), progress=False, handle_signals=False)
+    trainer = Trainer(replace(pqn_preset(tmp_path), total_steps=PQN_LEARNING_STEPS), progress=False,
+                      handle_signals=False)
     summary = trainer.run()
     assert summary["mean_return"] >= 0.8, summary
     ok, mean_return, start_q = learned(trainer)
@@ -114,8 +126,8 @@ def test_pqn_with_a_flipped_return_sign_does_not_learn(tmp_path, monkeypatch):
 
     correct = vecdqn.pqn.learner.lambda_returns
     monkeypatch.setattr(vecdqn.pqn.learner, "lambda_returns", lambda *args: -correct(*args))
-    # Half the run: the correct learner's training games average ~0.85 by then (seed 1).
-    trainer = Trainer(replace(pqn_preset(tmp_path), total_steps=6_000), progress=False, handle_signals=False)
+    trainer = Trainer(replace(pqn_preset(tmp_path), total_steps=PQN_LEARNING_STEPS), progress=False,
+                      handle_signals=False)
     trainer.run()
     ok, mean_return, start_q = learned(trainer, episodes=50)
     assert not ok, (mean_return, start_q)
