@@ -131,18 +131,21 @@ PRESETS: dict[str, dict[str, Any]] = {
         checkpoint_every=0,
         eval_every=0,
     ),
-    # PQN on Pong, 2 CPU cores: CleanRL's pqn_atari_envpool.py settings (8 envs, lambda 0.65,
-    # gamma 0.99, RAdam 2.5e-4, gradient norm 10, LayerNorm) at 44 px, with shorter rollouts and
-    # fewer epochs for a CPU learner, and epsilon over the first 10% of the run.
+    # PQN on Pong, 2 CPU cores: CleanRL's pqn_atari_envpool.py settings (8 envs x rollouts of 128
+    # steps, 4 epochs of 4 minibatches of 256, lambda 0.65, gamma 0.99, RAdam 2.5e-4, gradient norm
+    # 10, LayerNorm, no dueling head, epsilon over the first 10% of 10M agent steps) at 44 px. Its
+    # minibatches of 256 run at ~1,090 agent steps/s here, against ~670 with rollouts of 32 and
+    # minibatches of 64 (docs/pqn.md); neither shape has learned Pong yet on this input.
     "pong-pqn": dict(
         env_id="PongNoFrameskip-v4",
         algo="pqn",
-        total_steps=2_000_000,
+        total_steps=10_000_000,
         num_envs=8,
         screen_size=44,
-        hidden_size=256,
-        rollout_steps=32,
-        epochs=2,
+        hidden_size=512,
+        dueling=False,
+        rollout_steps=128,
+        epochs=4,
         minibatches=4,
         q_lambda=0.65,
         learning_rate=2.5e-4,
@@ -150,13 +153,13 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_grad_norm=10.0,
         epsilon_start=1.0,
         epsilon_end=0.01,
-        epsilon_decay_steps=200_000,
+        epsilon_decay_steps=1_000_000,
         torch_threads=1,
-        # The update of each rollout on a second thread while the envs collect the next: 693
-        # against 488 agent steps/s (docs/performance.md); the actions lag one rollout.
+        # The update of each rollout on a second thread while the envs collect the next (the
+        # actions lag one rollout): 693 against 488 agent steps/s at rollouts of 32 (docs/pqn.md).
         overlap_update=True,
         log_every=10_000,
-        checkpoint_every=50_000,
+        checkpoint_every=100_000,
         keep_checkpoints=True,
         eval_every=0,
         eval_episodes=10,
@@ -174,7 +177,7 @@ PRESET_SOURCES = {
     "catch-pqn": "PQN (Gallici et al. 2025) on the pixel Catch game: 8 envs, rollouts of 16 steps, 4 epochs of "
                  "8 minibatches",
     "pong-pqn": "PQN (Gallici et al. 2025) on PongNoFrameskip-v4 with CleanRL's pqn_atari_envpool.py settings "
-                "(8 envs, lambda 0.65, RAdam 2.5e-4, LayerNorm) at 44 px, rollouts of 32 steps, 2 epochs",
+                "(8 envs x 128 steps, 4 epochs of 4 minibatches, lambda 0.65, RAdam 2.5e-4, LayerNorm) at 44 px",
 }
 
 
