@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 
 from vecdqn.config import Config
 from vecdqn.envs.catch import Catch
@@ -61,3 +62,29 @@ def register_test_envs() -> None:
     actor 1's env 1) in this process; the Ray fixture runs it in every Ray worker too."""
     if RAISING_CATCH_ID not in gym.registry:
         gym.register(RAISING_CATCH_ID, entry_point="helpers:RaisingCatch", kwargs={"raise_seed": 10})
+
+
+def forward_view_lambda_returns(rewards, terminated, truncated, next_q_max, gamma, lam):
+    """Peng's Q(λ) return as the λ-weighted mix of n-step returns (the forward view), per env in
+    float64 (torch tensors ``(T, N)`` in, ``(T, N) float64`` NumPy out):
+    ``G^λ_t = (1 − λ) Σ_{n<h} λ^{n−1} G^(n)_t + λ^{h−1} G^(h)_t`` where ``h`` counts the
+    steps from t to the rollout's end or the episode's, whichever comes first, and ``G^(h)``
+    bootstraps with ``(1 − terminated)`` at that last step."""
+    r, q = rewards.double().numpy(), next_q_max.double().numpy()
+    ended = (terminated | truncated).numpy()
+    term = terminated.numpy()
+    t_len, n_envs = r.shape
+    out = np.zeros((t_len, n_envs))
+    for n in range(n_envs):
+        for t in range(t_len):
+            h = 1
+            while t + h - 1 < t_len - 1 and not ended[t + h - 1, n]:
+                h += 1
+            total = 0.0
+            for k in range(1, h + 1):
+                last = t + k - 1
+                boot = q[last, n] * (1.0 - term[last, n] if k == h else 1.0)
+                g_k = sum(gamma**i * r[t + i, n] for i in range(k)) + gamma**k * boot
+                total += (lam ** (h - 1) if k == h else (1 - lam) * lam ** (k - 1)) * g_k
+            out[t, n] = total
+    return out

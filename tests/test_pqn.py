@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import forward_view_lambda_returns
 from torch import nn
 
 from vecdqn.model import QNetwork
@@ -26,31 +27,6 @@ def _returns(rewards, q, term=None, trunc=None, gamma=0.9, lam=0.5):
     term = torch.zeros_like(rewards, dtype=torch.bool) if term is None else torch.tensor(term).unsqueeze(1)
     trunc = torch.zeros_like(rewards, dtype=torch.bool) if trunc is None else torch.tensor(trunc).unsqueeze(1)
     return lambda_returns(rewards, term, trunc, q, gamma, lam).squeeze(1).tolist()
-
-
-def _forward_view(rewards, terminated, truncated, next_q_max, gamma, lam):
-    """Peng's Q(λ) return as the λ-weighted mix of n-step returns (the forward view), per env in
-    float64: ``G^λ_t = (1 − λ) Σ_{n<h} λ^{n−1} G^(n)_t + λ^{h−1} G^(h)_t`` where ``h`` counts the
-    steps from t to the rollout's end or the episode's, whichever comes first, and ``G^(h)``
-    bootstraps with ``(1 − terminated)`` at that last step."""
-    r, q = rewards.double().numpy(), next_q_max.double().numpy()
-    ended = (terminated | truncated).numpy()
-    term = terminated.numpy()
-    t_len, n_envs = r.shape
-    out = np.zeros((t_len, n_envs))
-    for n in range(n_envs):
-        for t in range(t_len):
-            h = 1
-            while t + h - 1 < t_len - 1 and not ended[t + h - 1, n]:
-                h += 1
-            total = 0.0
-            for k in range(1, h + 1):
-                last = t + k - 1
-                boot = q[last, n] * (1.0 - term[last, n] if k == h else 1.0)
-                g_k = sum(gamma**i * r[t + i, n] for i in range(k)) + gamma**k * boot
-                total += (lam ** (h - 1) if k == h else (1 - lam) * lam ** (k - 1)) * g_k
-            out[t, n] = total
-    return out
 
 
 def test_pqn_math_imports_only_torch_numpy_the_model_and_staging():
@@ -130,7 +106,7 @@ def test_a_one_step_rollout_bootstraps_at_once():
     np.testing.assert_allclose(_returns([1.0], [10.0], term=[True]), [1.0], rtol=1e-6)
 
 
-def test_envs_are_independent_and_match_the_forward_view():
+def test_envs_are_independent_and_match_theforward_view_lambda_returns():
     gen = torch.Generator().manual_seed(0)
     t_len, n_envs = 7, 5
     rewards = torch.randn(t_len, n_envs, generator=gen)
@@ -139,7 +115,8 @@ def test_envs_are_independent_and_match_the_forward_view():
     trunc = torch.rand(t_len, n_envs, generator=gen) < 0.15
     for lam in (0.0, 0.3, 0.65, 1.0):
         g = lambda_returns(rewards, term, trunc, q, 0.97, lam)
-        np.testing.assert_allclose(g.numpy(), _forward_view(rewards, term, trunc, q, 0.97, lam), rtol=1e-5, atol=1e-5)
+        expected = forward_view_lambda_returns(rewards, term, trunc, q, 0.97, lam)
+        np.testing.assert_allclose(g.numpy(), expected, rtol=1e-5, atol=1e-5)
         for n in range(n_envs):
             col = slice(n, n + 1)
             alone = lambda_returns(rewards[:, col], term[:, col], trunc[:, col], q[:, col], 0.97, lam)

@@ -4,7 +4,7 @@ exact resume, the run folder and evaluation of its checkpoints."""
 import numpy as np
 import pytest
 import torch
-from helpers import catch_config
+from helpers import catch_config, forward_view_lambda_returns
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from vecdqn import checkpoint, cli
@@ -135,26 +135,12 @@ def test_the_overlapped_update_is_a_function_of_the_seed_and_resumes_exactly(tmp
     assert not all(torch.equal(runs[0][k], plain[k]) for k in plain)
 
 
-def _reference_lambda_returns(rewards, terminated, truncated, next_q_max, gamma, lam):
-    """Peng's Q(λ) forward-view recursion written again, for one rollout, in NumPy."""
-    t_len = rewards.shape[0]
-    out = np.zeros_like(rewards, dtype=np.float64)
-    for n in range(rewards.shape[1]):
-        for t in reversed(range(t_len)):
-            one_step = rewards[t, n] + gamma * (0.0 if terminated[t, n] else next_q_max[t, n])
-            if t == t_len - 1 or terminated[t, n] or truncated[t, n]:
-                out[t, n] = one_step
-            else:
-                out[t, n] = rewards[t, n] + gamma * (lam * out[t + 1, n] + (1 - lam) * next_q_max[t, n])
-    return out
-
-
 @pytest.mark.parametrize("overlap", [False, True])
 def test_bootstrapping_across_rollouts_over_a_whole_run(tmp_path, monkeypatch, overlap):
     """Episodes longer than a rollout (Catch: 9 agent steps; rollouts of 4): over a whole run,
     every step that did not end an episode bootstraps from the next observation of its env, also
     where that observation is the first row of the next rollout, and every rollout's returns are
-    the Q(λ) recursion of its own rows. The network is held fixed (its updates are recorded, not
+    the Q(λ) forward view of its own rows. The network is held fixed (its updates are recorded, not
     taken), so every Q-value can be asked again afterwards."""
     learned = []
 
@@ -182,6 +168,6 @@ def test_bootstrapping_across_rollouts_over_a_whole_run(tmp_path, monkeypatch, o
     # An ended step bootstraps from its final observation, not from the next episode's first.
     assert not np.allclose(rows["next_q_max"][:-1][ended[:-1]], asked[1:][ended[:-1]], rtol=1e-4, atol=1e-6)
     for rollout, returns in learned:
-        expected = _reference_lambda_returns(rollout["rewards"], rollout["terminated"], rollout["truncated"],
-                                             rollout["next_q_max"], config.gamma, config.q_lambda)
+        fields = (torch.from_numpy(rollout[name]) for name in ("rewards", "terminated", "truncated", "next_q_max"))
+        expected = forward_view_lambda_returns(*fields, config.gamma, config.q_lambda)
         np.testing.assert_allclose(returns, expected, rtol=1e-5, atol=1e-6)
