@@ -7,7 +7,8 @@
 Runs that differ only in their seed are one setting (env id, preset, and the options that tell
 experiments of one game apart name it). The figure is a 2×2 grid: training return (mean of the
 last 100 games) and evaluation return (``eval/return_mean``, one marker per evaluation) against
-agent steps (left) and against wall-clock minutes since each run's first event (right); when no
+agent steps (left) and against minutes of training (right: wall-clock since each run's first
+event, less the pauses between a stop and its ``--resume``); when no
 run has an evaluation, only the training row (1×2). Each setting has one colour and one legend
 entry: a setting of one run is its line; a setting of several seeds is their mean line over a
 shaded band from their minimum to their maximum (`vecdqn.curves.Band`), each seed faint behind
@@ -63,15 +64,17 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         allow_abbrev=False,
         description="Plot the training and evaluation return of vecdqn runs against agent steps and "
-        "wall-clock minutes, and print each run's curve as a table (or, with --markdown, each setting's "
+        "minutes of training, and print each run's curve as a table (or, with --markdown, each setting's "
         "as a Markdown table). Runs that differ only in their seed are one setting: one colour and one "
         "legend entry, drawn as the seeds' mean line over a shaded band from their minimum to their "
         "maximum, each seed faint behind it. Seeds are aggregated only at the agent steps where every "
         "seed has a value: the evaluation steps all of them share (a step that only some seeds were "
         "evaluated at is left out of the band and of the mean and range columns), and the training "
         "curve from the first step at which every seed has finished a game to the last step every "
-        "seed logged; against minutes, at the seeds' mean minute of each such step. Minutes count from "
-        "the run's first event (its event log opening, seconds after the command started); an "
+        "seed logged; against minutes, at the seeds' mean minute of each such step. Minutes are of "
+        "training: wall-clock since the run's first event (its event log opening, seconds after the "
+        "command started), less the pauses of a run stopped and resumed (from the last event before a "
+        "stop to the resumed command's first); an "
         "evaluation of a kept checkpoint (scripts/evaluate.py --every-checkpoint) stands at the minute "
         "the checkpoint was saved, an evaluation during training at the minute it was logged, after "
         "its games.",
@@ -288,7 +291,7 @@ def figure(runs: list[RunCurves], group: list[int], labels: list[str]) -> Any:
         axes[1, 0].set_ylabel("evaluation return\n(mean over the evaluation's games)")
     axes[-1, 0].set_xlabel("agent steps")
     axes[-1, 0].xaxis.set_major_formatter(EngFormatter())
-    axes[-1, 1].set_xlabel("wall-clock minutes since the run's first event\n(bands: the seeds' mean minute)")
+    axes[-1, 1].set_xlabel("minutes of training (wall clock less pauses)\n(bands: the seeds' mean minute)")
     for ax in axes.flat:
         ax.grid(alpha=0.3)
     fig.legend(handles, labels, loc="outside right upper", fontsize="small", ncols=columns,

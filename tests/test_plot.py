@@ -25,11 +25,13 @@ from vecdqn.curves import (
     RunCurves,
     Scalars,
     eval_band,
+    pauses,
     read_run,
     report,
     seed_groups,
     trailing_mean,
     train_band,
+    training_minutes,
 )
 from vecdqn.metrics import EvalLog
 from vecdqn.tables import markdown, signed
@@ -143,7 +145,21 @@ def test_a_resumed_run_drops_the_events_after_its_checkpoint(tmp_path):
     assert run.games.steps.tolist() == list(range(10, 51, 10)) + list(range(60, 151, 10))
     assert run.games.values.tolist() == [1.0] * 5 + [2.0] * 10
     assert run.games.minutes[0] == pytest.approx(10 / 60)  # from the first file's opening
+    # The pause, from the first file's last event (T0 + 100) to the second's opening (T0 + 5000),
+    # is not training time: step 60 of the second file is at 100 + 60 s, not 5060 s.
+    assert run.games.minutes[5:].tolist() == pytest.approx([(100 + s) / 60 for s in range(60, 151, 10)])
+    assert run.minutes_at(np.array([150])).tolist() == pytest.approx([250 / 60])
     assert run.config is None
+
+
+def test_pauses_are_the_gaps_between_event_files():
+    # Three invocations: 0-100 s, a second from 400 s, a third overlapping the second (no pause).
+    paused = pauses([(0.0, 100.0), (400.0, 700.0), (650.0, 900.0), (1000.0, 1100.0)])
+    assert paused.tolist() == [[100.0, 400.0], [900.0, 1000.0]]
+    assert pauses([(5.0, 9.0)]).shape == (0, 2)
+    # A time inside a pause counts the pause only up to it.
+    minutes = training_minutes(np.array([50.0, 250.0, 500.0, 1050.0]), 0.0, paused)
+    assert (minutes * 60).tolist() == pytest.approx([50.0, 100.0, 200.0, 1050.0 - 300.0 - 100.0])
 
 
 def test_report_rows_at_evaluations_or_every_n_steps(two_seeds, tmp_path):

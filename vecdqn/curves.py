@@ -14,8 +14,11 @@ Shape legend: ``G`` games finished, ``V`` evaluations, ``T`` scalar events of an
 run's clock), ``K`` query steps, ``R`` runs (the seeds of one setting).
 
 Units: steps are agent steps summed over envs (1 agent step = frame-skip emulator frames);
-times are wall-clock minutes since the run's first event, the one written when its log opened.
-A run stopped and resumed later counts the pause too.
+times are minutes of training: wall-clock minutes since the run's first event (the one written
+when its log opened), less the pauses of a run stopped and resumed later. A pause runs from the
+last event of one event file (one invocation of ``scripts/train.py``) to the first event of the
+next, so the time between a stop and its ``--resume`` is not counted, nor the seconds the resumed
+command takes to open its log.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 
 import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 TRAIN_TAG = "charts/episodic_return"
 EVAL_TAG = "eval/return_mean"
@@ -100,7 +104,7 @@ class RunCurves:
         return out
 
     def minutes_at(self, steps: np.ndarray) -> np.ndarray:
-        """Wall-clock minutes at which the run reached each step, interpolated between its events
+        """Minutes of training at which the run reached each step, interpolated between its events
         (the first or last event's time outside them).
 
         ``steps (K,) int`` agent steps -> ``(K,) float64`` minutes; NaN if the run logged nothing.
@@ -178,10 +182,44 @@ def _in_step_order(events: Sequence[Any]) -> list[Any]:
     return kept
 
 
-def _scalars(events: Sequence[Any], origin: float) -> Scalars:
+def pauses(spans: Sequence[tuple[float, float]]) -> np.ndarray:
+    """The pauses of a run from the time spans of its event files.
+
+    ``spans``: ``(first, last)`` wall time (Unix seconds) of each event file's events. A file that
+    opens after every earlier file's last event starts a pause at that last event; files that
+    overlap in time (two writers at once) make no pause. Returns ``(P, 2) float64`` rows of
+    ``(start, end)`` wall times, in time order.
+    """
+    out: list[tuple[float, float]] = []
+    end = None
+    for first, last in sorted(spans):
+        if end is not None and first > end:
+            out.append((end, first))
+        end = last if end is None else max(end, last)
+    return np.array(out, dtype=np.float64).reshape(-1, 2)
+
+
+def training_minutes(wall_times: np.ndarray, origin: float, paused: np.ndarray) -> np.ndarray:
+    """Minutes of training at each wall time: since ``origin``, less the part of each pause before it.
+
+    ``wall_times (n,)`` Unix seconds, ``origin`` Unix seconds, ``paused (P, 2)`` from `pauses` ->
+    ``(n,) float64`` minutes.
+    """
+    wall = np.asarray(wall_times, dtype=np.float64).reshape(-1)
+    within = np.clip(wall[:, None] - paused[:, 0], 0.0, paused[:, 1] - paused[:, 0]).sum(axis=1)
+    return (wall - origin - within) / 60.0
+
+
+def _file_span(path: Path) -> tuple[float, float] | None:
+    """The first and last wall time of one event file's events (None for a file with none)."""
+    times = [event.wall_time for event in EventFileLoader(str(path)).Load()]
+    return (min(times), max(times)) if times else None
+
+
+def _scalars(events: Sequence[Any], origin: float, paused: np.ndarray) -> Scalars:
     return Scalars(
         steps=np.array([e.step for e in events], dtype=np.int64),
-        minutes=np.array([(e.wall_time - origin) / 60.0 for e in events], dtype=np.float64),
+        minutes=training_minutes(np.array([e.wall_time for e in events], dtype=np.float64), origin, paused),
         values=np.array([e.value for e in events], dtype=np.float64),
     )
 
@@ -220,19 +258,20 @@ def read_run(folder: str | Path, window: int = WINDOW) -> RunCurves:
         origin = accumulator.FirstEventTimestamp()
     except ValueError as err:
         raise RunError(f"{folder}: its event files hold no events yet") from err
+    paused = pauses([span for path in event_files(folder) if (span := _file_span(path)) is not None])
     by_tag = {tag: _in_step_order(accumulator.Scalars(tag)) for tag in accumulator.Tags()["scalars"]}
     for tag, events in checkpoint_evals(folder).items():  # a checkpoint's evaluation stands for the run's own
         merged = {e.step: e for e in by_tag.get(tag, [])} | {e.step: e for e in events}
         by_tag[tag] = [merged[step] for step in sorted(merged)]
-    games = _scalars(by_tag.get(TRAIN_TAG, []), origin)
+    games = _scalars(by_tag.get(TRAIN_TAG, []), origin, paused)
     every_event = sorted((e for events in by_tag.values() for e in events), key=lambda e: (e.step, e.wall_time))
     return RunCurves(
         path=folder,
         config=config,
         games=games,
         train=Scalars(games.steps, games.minutes, trailing_mean(games.values, window)),
-        evals=_scalars(by_tag.get(EVAL_TAG, []), origin),
-        clock=_scalars(every_event, origin),
+        evals=_scalars(by_tag.get(EVAL_TAG, []), origin, paused),
+        clock=_scalars(every_event, origin, paused),
         window=window,
     )
 

@@ -12,7 +12,8 @@ seed the first agent step and minute at which the evaluation (or, without evalua
 training return over a full window of games) reaches it; in the first table that seed's first
 evaluation at or above it is bold.
 
-Minutes are those of `vecdqn.curves`: since the run's first event. An evaluation of a kept
+Minutes are those of `vecdqn.curves`: of training, since the run's first event less the pauses
+between a stop and its resume. An evaluation of a kept
 checkpoint stands at the minute the checkpoint was saved; an evaluation during training at the
 minute it was logged, once its games were played.
 
