@@ -21,6 +21,10 @@ evaluations (``--eval-every 0``) and still show its evaluation curve::
 
     python scripts/evaluate.py runs/pong_s1 --every-checkpoint --episodes 10
 
+``--steps FIRST:LAST:EVERY`` takes some of them: those at agent steps from FIRST to LAST
+(inclusive) that lie a multiple of EVERY after FIRST, e.g. ``--steps 4000000::200000`` for every
+200,000th agent step from 4M on (each part optional: ``4000000:``, ``:1000000``, ``::500000``).
+
 The results are written when every checkpoint is done, merged with earlier ones (this
 evaluation's steps replace theirs): an interrupted evaluation writes none and leaves the earlier
 ones as they were. The run's own event files are never touched, so it may still be training. One
@@ -126,6 +130,14 @@ def build_parser() -> argparse.ArgumentParser:
         "interrupted evaluation writes none there. One evaluation of a run at a time",
     )
     parser.add_argument(
+        "--steps",
+        metavar="FIRST:LAST:EVERY",
+        default=None,
+        help="with --every-checkpoint: only the kept checkpoints at agent steps FIRST to LAST "
+        "(inclusive) that lie a multiple of EVERY agent steps after FIRST; each part may be left "
+        "out (FIRST 0, LAST the end, EVERY 1), e.g. 4000000::200000 (default: every kept checkpoint)",
+    )
+    parser.add_argument(
         "--device", default="auto", help="torch device: auto (cuda when available), cpu, cuda"
     )
     return parser
@@ -156,12 +168,42 @@ def _check_args(args: argparse.Namespace) -> None:
             raise UsageError("--video takes one checkpoint; it cannot be combined with --every-checkpoint")
         if not Path(args.checkpoint).is_dir():
             raise UsageError(f"--every-checkpoint takes a run folder, and {args.checkpoint} is not one")
+    if args.steps is not None:
+        if not args.every_checkpoint:
+            raise UsageError("--steps selects among the checkpoints of --every-checkpoint; add --every-checkpoint")
+        args.steps = parse_steps(args.steps)
     if args.json is not None:
         report = Path(args.json)
         check_output_path("--json", report)
         if report.exists() and not _is_json(report):
             raise UsageError(f"--json {report} exists and is not a JSON file; refusing to overwrite it (a "
                              "checkpoint?), choose another path")
+
+
+def parse_steps(text: str) -> tuple[int, int | None, int]:
+    """``--steps FIRST:LAST:EVERY`` (agent steps, parts optional) -> ``(first, last or None, every)``.
+
+    Raises:
+        UsageError: not one to three colon-separated whole numbers, FIRST after LAST, or EVERY < 1.
+    """
+    parts = text.split(":")
+    if len(parts) > 3 or not all(p.strip().isdigit() for p in parts if p.strip()):
+        raise UsageError(f"--steps {text!r} is not FIRST:LAST:EVERY (whole agent step counts, each optional), "
+                         "e.g. 4000000::200000")
+    first, last, every = [int(p) if p.strip() else None for p in parts + [""] * (3 - len(parts))]
+    first = 0 if first is None else first
+    if last is not None and last < first:
+        raise UsageError(f"--steps {text!r}: LAST {last:,} is before FIRST {first:,}")
+    if every is not None and every < 1:
+        raise UsageError(f"--steps {text!r}: EVERY must be at least 1 agent step")
+    return first, last, 1 if every is None else every
+
+
+def select_steps(kept: list[tuple[int, Path]], steps: tuple[int, int | None, int]) -> list[tuple[int, Path]]:
+    """The kept checkpoints ``[(agent step, path)]`` that `parse_steps`'s ``(first, last, every)`` takes."""
+    first, last, every = steps
+    return [(step, path) for step, path in kept
+            if step >= first and (last is None or step <= last) and (step - first) % every == 0]
 
 
 def _is_json(path: Path) -> bool:
@@ -277,11 +319,18 @@ def _evaluate_every_checkpoint(args: argparse.Namespace, device: torch.device) -
     Raises:
         CheckpointError: the run kept no checkpoints, or one of them is unreadable (before any game).
         EvaluationRunning: another evaluation of the run is running (before any game).
+        UsageError: ``--steps`` selects none of the kept checkpoints (before any game).
     """
     kept = kept_checkpoints(args.checkpoint)
     if not kept:
         raise CheckpointError(f"{args.checkpoint} kept no checkpoints (checkpoints/step_<agent step>.pt): train with "
                               "--keep-checkpoints and --checkpoint-every N")
+    if args.steps is not None:
+        chosen = select_steps(kept, args.steps)
+        if not chosen:
+            raise UsageError(f"--steps selects none of the {len(kept)} kept checkpoints of {args.checkpoint} "
+                             f"(agent steps {kept[0][0]:,} to {kept[-1][0]:,})")
+        kept = chosen
     for _, path in kept:  # every file checked before the first game
         load_policy(path)
     records = []

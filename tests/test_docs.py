@@ -218,6 +218,14 @@ def test_readme_shape():
         assert command in [line.strip() for _, line in code], f"README.md lost its set-up command: {command}"
 
 
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_no_table_cell_over_200_characters(path):
+    _, prose = split_markdown(path.read_text())
+    cells = [f"{n}: {cell.strip()[:40]}... ({len(cell.strip())})" for n, line in prose if line.lstrip().startswith("|")
+             for cell in line.strip().strip("|").split("|") if len(cell.strip()) > 200]
+    assert not cells, f"{path.name}: table cells over 200 characters (split the row):\n" + "\n".join(cells)
+
+
 def github_slug(heading: str) -> str:
     """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
     text = re.sub(r"[`*]|\[([^]]*)\]\([^)]*\)", r"\1", heading.strip().lower())

@@ -375,6 +375,32 @@ def test_every_checkpoint_writes_the_json_list(evaluated_catch_run, tmp_path):
     assert [r["seed"] for r in records] == [periodic_eval_seed(7, step) for step in (200, 400, 600)]
 
 
+@pytest.mark.parametrize("steps, want", [("400:", [400, 600]), ("::400", [400]), ("200:600:400", [200, 600]),
+                                         (":400", [200, 400]), ("600", [600])])
+def test_steps_selects_among_the_kept_checkpoints(evaluated_catch_run, tmp_path, capsys, steps, want):
+    run_dir = _copy(evaluated_catch_run[0], tmp_path)
+    assert _script().main([str(run_dir), "--every-checkpoint", "--episodes", "1", "--steps", steps]) == 0
+    assert list(_rows(capsys.readouterr().out)) == want
+    assert sorted(_evals(run_dir / CHECKPOINT_EVALS)) == want
+
+
+@pytest.mark.parametrize("args, word", [
+    (["--steps", "400:"], "add --every-checkpoint"),
+    (["--every-checkpoint", "--steps", "4e5:"], "not FIRST:LAST:EVERY"),
+    (["--every-checkpoint", "--steps", "1:2:3:4"], "not FIRST:LAST:EVERY"),
+    (["--every-checkpoint", "--steps=-200:"], "not FIRST:LAST:EVERY"),
+    (["--every-checkpoint", "--steps", "600:200"], "LAST 200 is before FIRST 600"),
+    (["--every-checkpoint", "--steps", "::0"], "EVERY must be at least 1"),
+    (["--every-checkpoint", "--steps", "700:"], "selects none of the 3 kept checkpoints"),
+])
+def test_bad_steps_exit_2_with_one_line_before_any_game(evaluated_catch_run, tmp_path, capsys, args, word):
+    run_dir = _copy(evaluated_catch_run[0], tmp_path)
+    assert _script().main([str(run_dir), "--episodes", "1", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and word in err, err
+    assert not (run_dir / CHECKPOINT_EVALS).exists()
+
+
 @pytest.mark.parametrize("extra, word", [(["--video", "best.mp4"], "--video"), ([], "kept no checkpoints")])
 def test_every_checkpoint_refuses_what_it_cannot_do_with_one_line(tmp_path, capsys, save_fresh_checkpoint,
                                                                   extra, word):
