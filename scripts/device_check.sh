@@ -13,8 +13,8 @@
 #   3. benchmark.py --train with 16 envs: the defaults, and --replay-device cuda   train.json
 #   4. PQN on Breakout with 64 envs (--algo pqn, rollouts of 32 steps, 8 minibatches of 256),
 #      90 s: its agent steps/s in the log's last line and in the run's TensorBoard  pqn_breakout.log
-#   5. a --preset pong --device cuda run for what is left of the 8 minutes, at most 250 s (if this
-#      version has the preset), and meanwhile the CUDA-parametrized tests
+#   5. a --preset pong --device cuda run for what is left of the 8 minutes, at most 250 s, and
+#      meanwhile the CUDA-parametrized tests
 #      (tests/test_gpu_path.py -k cuda)                                      pong_curve.json, tests.log
 #
 # Dependencies: PyTorch, numpy, opencv, tensorboard and tqdm are expected installed. What is
@@ -28,7 +28,7 @@
 #     pytest==9.0.3 pluggy==1.6.0 iniconfig==2.3.0 packaging==26.2 pygments==2.20.0 \
 #     hypothesis==6.155.2 attrs==26.1.0 sortedcontainers==2.4.0
 #
-# and bring .whl/ along with the working tree.
+# and copy .whl/ to the GPU machine with the project.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device_check_out}
