@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import logging
 import os
 import re
 import shutil
@@ -471,7 +472,7 @@ def test_an_interrupted_evaluation_writes_nothing_and_keeps_the_earlier_results(
     np.testing.assert_allclose(read_run(run_dir).evals.values, list(complete.values()), atol=0.005)
 
 
-def test_a_later_evaluation_replaces_its_steps_and_keeps_the_others(evaluated_catch_run, tmp_path, capsys):
+def test_a_later_evaluation_replaces_its_steps_and_keeps_the_others(evaluated_catch_run, tmp_path, capsys, caplog):
     """Merged with the earlier results: one value per step, also for a TensorBoard that showed
     the earlier ones (the new file starts with a restart marker)."""
     run_dir = _copy(evaluated_catch_run[0], tmp_path)
@@ -484,6 +485,9 @@ def test_a_later_evaluation_replaces_its_steps_and_keeps_the_others(evaluated_ca
     assert _script().main([*args, "--seed", "123"]) == 0
     second = _rows(capsys.readouterr().out)
     assert list(second) == [200, 600]
+    with caplog.at_level(logging.WARNING, logger="tensorboard"):
+        read_run(run_dir)  # two files, the second opening with a restart marker: no purge warning
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
     want = {200: second[200], 400: first[400], 600: second[600]}
     assert _evals(run_dir / CHECKPOINT_EVALS) == {step: [pytest.approx(v, abs=0.005)] for step, v in want.items()}
     live.Reload()

@@ -23,8 +23,10 @@ command takes to open its log.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -160,8 +162,23 @@ def checkpoint_evals(folder: Path) -> dict[str, list[Any]]:
     if not (evals.is_dir() and event_files(evals)):
         return {}
     accumulator = EventAccumulator(str(evals), size_guidance={"scalars": 0})
-    accumulator.Reload()
+    # Each evaluation's file opens with TensorBoard's restart marker, so that the results it
+    # repeats replace the earlier file's; the accumulator warns of the purge the marker asks for.
+    with _quiet_tensorboard():
+        accumulator.Reload()
     return {tag: sorted(accumulator.Scalars(tag), key=lambda e: e.step) for tag in accumulator.Tags()["scalars"]}
+
+
+@contextlib.contextmanager
+def _quiet_tensorboard():
+    """TensorBoard's logger at ERROR for the duration: its restart-marker warning is expected here."""
+    logger = logging.getLogger("tensorboard")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _in_step_order(events: Sequence[Any]) -> list[Any]:
