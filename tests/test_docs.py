@@ -208,9 +208,7 @@ def test_readme_shape():
     _, prose = split_markdown(text)
     long = [f"{n}: {len(line)} characters" for n, line in prose if len(line) > 200]
     assert not long, "README.md lines over 200 characters outside code blocks:\n" + "\n".join(long)
-    cells = [f"{n}: {cell.strip()[:40]}..." for n, line in prose if line.lstrip().startswith("|")
-             for cell in line.strip().strip("|").split("|") if len(cell.strip()) > 200]
-    assert not cells, "README.md table cells over 200 characters:\n" + "\n".join(cells)
+    # Its table cells: test_no_table_cell_over_200_characters, as for every page.
     first_install = next(n for n, line in enumerate(lines, start=1) if "pip install" in line)
     assert first_install <= 40, f"the first pip install is on line {first_install}; bring it within the first 40"
     code, _ = split_markdown(text)

@@ -135,7 +135,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # steps, 4 epochs of 4 minibatches of 256, lambda 0.65, gamma 0.99, RAdam 2.5e-4, gradient norm
     # 10, LayerNorm, no dueling head, epsilon over the first 10% of 10M agent steps) at 44 px. Its
     # minibatches of 256 run at ~1,090 agent steps/s here, against ~670 with rollouts of 32 and
-    # minibatches of 64; at 44 px seed 1 learns from ~2.6M agent steps, +18 at 5.6M (docs/pqn.md).
+    # minibatches of 64; at 44 px greedy play first reaches +18 at 3.0M (seed 2) and 5.6M (seed 1)
+    # agent steps (docs/pqn.md).
     "pong-pqn": dict(
         env_id="PongNoFrameskip-v4",
         algo="pqn",
