@@ -68,6 +68,7 @@ def test_table_and_json(tmp_path):
     (["--replay", "--json"], "expected one argument"),
     (["--update", "--update-preset", "nope"], "argument --update-preset: invalid choice: 'nope'"),
     (["--update", "--update-batch-sizes", "32", "0"], "--update-batch-sizes 32 0: each must be >= 1"),
+    (["--pqn", "--pqn-envs", "0"], "--pqn-envs 0 must be >= 1"),
 ])
 def test_command_line_errors_are_one_line(capsys, argv, message):
     cli = load_cli()
@@ -125,6 +126,13 @@ def test_quick_env_section(capsys, tmp_path):
     rows = run_quick(capsys, tmp_path, "env")
     assert [row["impl"] for row in rows] == ["gymnasium", "vecdqn", "ale_vector", "emulator_ceiling"]
     assert rows[0]["ratio"] == 1.0
+
+
+def test_quick_pqn_section(capsys, tmp_path):
+    rows = run_quick(capsys, tmp_path, "pqn", "--pqn-envs", "2")
+    assert [row["impl"] for row in rows] == ["env_only", "pqn"]
+    assert all(row["num_envs"] == 2 and row["unit"] == "steps/s" and row["value"] > 0 for row in rows)
+    assert rows[0]["ratio"] == 1.0 and rows[1]["ratio"] == pytest.approx(rows[1]["value"] / rows[0]["value"], abs=2e-3)
 
 
 @pytest.mark.slow
