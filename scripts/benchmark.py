@@ -53,7 +53,7 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
         parser.error("choose at least one section: " + ", ".join(f"--{name}" for name in SECTIONS))
     if args.repeats < 1:
         parser.error(f"--repeats {args.repeats} must be >= 1")
-    if args.pqn_envs is not None and args.pqn_envs < 1:
+    if args.pqn_envs < 1:
         parser.error(f"--pqn-envs {args.pqn_envs} must be >= 1")
     if args.update_batch_sizes and min(args.update_batch_sizes) < 1:
         parser.error(f"--update-batch-sizes {' '.join(map(str, args.update_batch_sizes))}: each must be >= 1")

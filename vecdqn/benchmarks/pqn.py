@@ -3,8 +3,8 @@
 Impls: ``env_only`` (the anchor: `vecdqn.envs.make_vector_env` on Pong at the ``pong-pqn``
 preset's preprocessing, 44 px, uniformly random actions) and ``pqn`` (the real trainer with the
 ``pong-pqn`` preset, agent steps/s counted from its first update), both with ``--pqn-envs`` envs
-(default: the preset's). The ratio is the share of the
-pipeline's rate that the learner leaves: 1 would be a learner that costs nothing.
+(default: the preset's). The ratio is the share of the pipeline's rate that the learner leaves:
+1 would be a learner that costs nothing.
 """
 
 from __future__ import annotations
@@ -29,53 +29,46 @@ QUICK = {"pqn_steps": 512}
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("--pqn section")
     group.add_argument("--pqn", action="store_true", help="benchmark PQN end to end against the env pipeline alone")
-    group.add_argument("--pqn-envs", type=int, default=None,
-                       help="envs of both rows (default: the pong-pqn preset's, "
-                            f"{PRESETS['pong-pqn']['num_envs']}; its rollout length stays)")
+    group.add_argument("--pqn-envs", type=int, default=PRESETS["pong-pqn"]["num_envs"],
+                       help="envs of both rows; the preset's rollout length stays (default: the pong-pqn "
+                            "preset's, %(default)s)")
     group.add_argument("--pqn-steps", type=int, default=20_000,
                        help="agent steps of each measured PQN run and env-only block (default 20000)")
     group.add_argument("--pqn-options", default="",
                        help="more train.py options for the PQN runs, e.g. '--amp bf16 --epochs 4' (default none)")
 
 
-def pqn_envs(args: argparse.Namespace) -> int:
-    """``--pqn-envs``, or the ``pong-pqn`` preset's number of envs."""
-    return args.pqn_envs or PRESETS["pong-pqn"]["num_envs"]
-
-
 def pqn_sps(args: argparse.Namespace) -> float:
-    """Agent steps/s of ``train.py --preset pong-pqn`` with `pqn_envs` envs, from its first update."""
+    """Agent steps/s of ``train.py --preset pong-pqn`` with ``--pqn-envs`` envs, from its first update."""
     from vecdqn.cli import parse_args
     from vecdqn.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as log_dir:
-        config = parse_args(["--preset", "pong-pqn", "--num-envs", str(pqn_envs(args)), "--total-steps",
+        config = parse_args(["--preset", "pong-pqn", "--num-envs", str(args.pqn_envs), "--total-steps",
                              str(args.pqn_steps), "--log-dir", log_dir, "--checkpoint-every", "0",
                              "--no-keep-checkpoints", *args.pqn_options.split()])
         return Trainer(config, progress=False, handle_signals=False).run()["learning_sps"]
 
 
 def env_only_sps(args: argparse.Namespace) -> float:
-    """Agent steps/s of the same vector env (Pong, 44 px, `pqn_envs` envs) under random actions."""
+    """Agent steps/s of the same vector env (Pong, 44 px, ``--pqn-envs`` envs) under random actions."""
     from vecdqn.envs import make_vector_env
 
-    num_envs = pqn_envs(args)
-    envs = make_vector_env(PONG_ID, num_envs, screen_size=PRESETS["pong-pqn"]["screen_size"])
+    envs = make_vector_env(PONG_ID, args.pqn_envs, screen_size=PRESETS["pong-pqn"]["screen_size"])
     try:
         envs.reset(seed=0)
-        return env_steps_per_second(envs, num_envs, args.pqn_steps, np.random.default_rng(1))
+        return env_steps_per_second(envs, args.pqn_envs, args.pqn_steps, np.random.default_rng(1))
     finally:
         envs.close()
 
 
 def run(args: argparse.Namespace) -> list[Row]:
-    """The section's rows: ``env_only`` and ``pqn`` at `pqn_envs` envs."""
-    num_envs = pqn_envs(args)
-    print(f"timing PQN end to end and the env pipeline alone with {num_envs} envs ({args.pqn_steps} agent "
+    """The section's rows: ``env_only`` and ``pqn`` at ``--pqn-envs`` envs."""
+    print(f"timing PQN end to end and the env pipeline alone with {args.pqn_envs} envs ({args.pqn_steps} agent "
           "steps each) ...", flush=True)
     result = interleaved(args.repeats, {"env_only": lambda: env_only_sps(args), "pqn": lambda: pqn_sps(args)},
                          anchor="env_only")
-    rows = [{"bench": "pqn", "impl": name, "num_envs": num_envs, "value": value, "unit": "steps/s",
+    rows = [{"bench": "pqn", "impl": name, "num_envs": args.pqn_envs, "value": value, "unit": "steps/s",
              "ratio": ratio, "anchor": "env_only", "note": args.pqn_options or None}
             for name, (value, ratio) in result.items()]
     print()
