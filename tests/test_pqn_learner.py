@@ -1,17 +1,30 @@
 """PQN behind the training core (``--algo pqn``): the rollout's targets, the options it refuses,
 exact resume, the run folder and evaluation of its checkpoints."""
 
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
 import numpy as np
+import psutil
 import pytest
 import torch
-from helpers import catch_config, forward_view_lambda_returns
+from helpers import RaisingCatch, catch_config, forward_view_lambda_returns
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from vecdqn import checkpoint, cli
+from vecdqn.core import NonFiniteError
+from vecdqn.envs import WorkerError
 from vecdqn.pqn import PQNLearner
 from vecdqn.train_state import TrainState
 from vecdqn.trainer import Trainer
 
+ROOT = Path(__file__).resolve().parents[1]
 SHAPE = (4, 44, 44)
 
 
@@ -97,7 +110,7 @@ def test_a_resumed_pqn_run_continues_bit_for_bit(tmp_path):
 
 
 def test_a_pqn_run_logs_its_own_tags_and_its_checkpoint_evaluates(tmp_path, capsys):
-    config = pqn_config(tmp_path, run_name="run", log_every=160)
+    config = pqn_config(tmp_path, run_name="run", log_every=160, eval_every=320, eval_episodes=2)
     summary = Trainer(config, progress=False, handle_signals=False).run()
     acc = EventAccumulator(str(tmp_path / "run"), size_guidance={"scalars": 0})
     acc.Reload()
@@ -109,6 +122,19 @@ def test_a_pqn_run_logs_its_own_tags_and_its_checkpoint_evaluates(tmp_path, caps
     assert saved["config"]["algo"] == "pqn" and "rollout" in saved["agent"]
     policy = checkpoint.load_policy(summary["checkpoint"])
     assert any(isinstance(m, torch.nn.LayerNorm) for m in policy.network.modules())
+    # scripts/plot.py reads it as any run: its evaluations at their agent steps, the learner named.
+    spec = importlib.util.spec_from_file_location("plot_script", ROOT / "scripts" / "plot.py")
+    plot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plot)
+    capsys.readouterr()
+    assert plot.main([str(tmp_path / "run"), "--markdown"]) == 0
+    out = capsys.readouterr().out
+    assert ", algo pqn, 1 run: seed 7 " in out.splitlines()[0]
+    evaluations = {e.step: e.value for e in acc.Scalars("eval/return_mean")}
+    assert sorted(evaluations) == [320, 640]
+    for step, value in evaluations.items():
+        shown = "0.0" if value == 0 else f"{value:+.1f}".replace("-", "\u2212")  # plot.py's signs
+        assert any(line.startswith(f"| {step} | ") and f" | {shown} |" in line for line in out.splitlines()), out
 
 
 def test_the_overlapped_update_is_a_function_of_the_seed_and_resumes_exactly(tmp_path):
@@ -171,3 +197,87 @@ def test_bootstrapping_across_rollouts_over_a_whole_run(tmp_path, monkeypatch, o
         fields = (torch.from_numpy(rollout[name]) for name in ("rewards", "terminated", "truncated", "next_q_max"))
         expected = forward_view_lambda_returns(*fields, config.gamma, config.q_lambda)
         np.testing.assert_allclose(returns, expected, rtol=1e-5, atol=1e-6)
+
+
+# -- what a DQN run survives, a PQN run survives ---------------------------------------------------
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_non_finite_update_stops_the_run_before_its_weights_are_saved(tmp_path, monkeypatch, overlap):
+    """The 16th rollout's returns are NaN, so its update turns the network to NaN. The run stops
+    with NonFiniteError and the last checkpoint on disk is finite, also with --overlap-update.
+    Rollouts are 32 agent steps (8 vector steps of 4 envs); a rollout is learned from at the
+    vector step after its last (that step's first forward pass completes its targets), so the
+    16th at agent step 512 -> 516. A checkpoint falls every 130 agent steps, at 520 among them:
+    with --overlap-update the 16th update is still on the update thread then, and the checkpoint
+    waits for it."""
+    import vecdqn.pqn.learner
+
+    correct, calls = vecdqn.pqn.learner.lambda_returns, []
+
+    def diverging(*args):
+        calls.append(1)
+        returns = correct(*args)
+        return returns.fill_(float("nan")) if len(calls) >= 16 else returns
+
+    monkeypatch.setattr(vecdqn.pqn.learner, "lambda_returns", diverging)
+    config = pqn_config(tmp_path, run_name="run", total_steps=1_024, checkpoint_every=130, overlap_update=overlap)
+    trainer = Trainer(config, progress=False, handle_signals=False)
+    with pytest.raises(NonFiniteError, match="learning-rate"):
+        trainer.run()
+    saved = checkpoint.load_training(tmp_path / "run" / "checkpoints" / "latest.pt")
+    assert saved["train_state"]["step"] == 392  # the checkpoint before the 16th rollout's update
+    for name in ("online", "acting") if overlap else ("online",):
+        assert all(torch.isfinite(tensor).all() for tensor in saved["agent"][name].values()), name
+    assert trainer.envs.closed
+
+
+# gymnasium's AsyncVectorEnv reports the failing worker as a coloured UserWarning; the failure is
+# deliberate here and asserted below.
+@pytest.mark.filterwarnings("ignore::UserWarning:gymnasium.vector.async_vector_env")
+def test_an_env_that_raises_stops_a_pqn_run_naming_the_env(tmp_path):
+    gym.register("vecdqn-test/CrashingCatchPQN-v0", entry_point=RaisingCatch, kwargs={"raise_seed": 9})
+    config = pqn_config(tmp_path, env_id="vecdqn-test/CrashingCatchPQN-v0", run_name="run", total_steps=2_000,
+                        overlap_update=True)
+    trainer = Trainer(config, progress=False, handle_signals=False)
+    message = (r"^env 2 \(vecdqn-test/CrashingCatchPQN-v0\) failed at agent step \d+: RuntimeError: emulator "
+               r"exploded on step 50$")
+    with pytest.raises(WorkerError, match=message):
+        trainer.run()
+    assert trainer.envs.closed
+    assert checkpoint.load(trainer.core.failure_checkpoint)["train_state"]["step"] > 0
+    assert not [p for p in psutil.Process().children(recursive=True)
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signalled_pqn_run_checkpoints_exits_and_resumes(tmp_path, signum, code):
+    """scripts/train.py --preset catch-pqn --overlap-update, signalled while it trains: exit code
+    128 + the signal, a checkpoint, no worker left; ``--resume`` then runs it to its end."""
+    args = [sys.executable, str(ROOT / "scripts" / "train.py"), "--preset", "catch-pqn", "--overlap-update",
+            "--log-dir", str(tmp_path), "--run-name", "run", "--total-steps", "1000000"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline, children = time.time() + 60, []
+        while time.time() < deadline and len(children) < 8:
+            time.sleep(0.5)
+            children = psutil.Process(proc.pid).children(recursive=True)
+        assert len(children) >= 8, "env workers did not start"
+        time.sleep(4)  # let it learn from a few rollouts
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code, err[-2000:]
+    latest = tmp_path / "run" / "checkpoints" / "latest.pt"
+    step = checkpoint.load(latest)["train_state"]["step"]
+    assert step > 0 and str(latest) in err and "--resume" in err
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, f"worker processes left behind: {alive}"
+
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "train.py"), "--resume", str(tmp_path / "run"),
+                           "--total-steps", str(step + 256)], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert checkpoint.load(latest)["train_state"]["step"] == step + 256

@@ -90,7 +90,9 @@ class PQNLearner:
         self.acting: torch.nn.Module | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._pending: tuple[Future, float, float] | None = None
-        self._unreported: dict[str, float] | None = None  # the finished update's metrics
+        # Where a finished update's metrics go (the core's check for non-finite values, then its
+        # log): set by `learn`, called by `_finish` wherever the update in flight is waited for.
+        self._report: Callable[[dict[str, float]], None] | None = None
         if c.overlap_update:
             self.acting = copy.deepcopy(self.agent.online).requires_grad_(False)
             self._learning = {name: np.zeros_like(array) for name, array in self.rollout.items()}
@@ -173,8 +175,15 @@ class PQNLearner:
         ``epochs × minibatches`` updates (counted in ``state.updates``; their mean metrics to
         ``report``), and a new rollout. Otherwise nothing. With ``overlap_update`` the updates run
         on the update thread (the previous rollout's are waited for first, their metrics reported
-        and the acting copy synced)."""
+        and the acting copy synced).
+
+        Raises:
+            NonFiniteError: from ``report``, for an update whose loss or mean Q-value is NaN or
+                infinite; with ``overlap_update`` also from whatever waits for that update next
+                (`network` for an evaluation, `state_dict` for a checkpoint), before it is used.
+        """
         c = self.config
+        self._report = report
         if self.t < c.rollout_steps or self._open is not None:
             return
         collected = time.perf_counter()
@@ -191,9 +200,6 @@ class PQNLearner:
             self._note(float(returns.mean()), collected, rollout_sps)
             return
         self._finish()
-        if self._unreported is not None:
-            report(self._unreported)
-            self._unreported = None
         self.acting.load_state_dict(self.agent.online.state_dict())
         self.rollout, self._learning = self._learning, self.rollout  # the next rollout fills the other
         self._pending = (self._executor.submit(self._update, self._learning, returns), float(returns.mean()),
@@ -215,14 +221,16 @@ class PQNLearner:
             self._collect_start = done
 
     def _finish(self) -> None:
-        """Wait for the update in flight (if any); keep its metrics for the next `learn` to report
-        (also when an evaluation or a checkpoint was what waited)."""
+        """Wait for the update in flight (if any) and report its metrics, whoever waits: the next
+        `learn`, an evaluation (`network`) or a checkpoint (`state_dict`). A non-finite update thus
+        stops the run before its weights are evaluated, saved or synced to the acting copy."""
         if self._pending is None:
             return
         future, return_mean, started = self._pending
         self._pending = None
-        self._unreported = future.result()
+        metrics = future.result()
         self._note(return_mean, started)
+        self._report(metrics)
 
     def scalars(self, step: int) -> dict[str, float]:
         """``charts/learning_rate`` and, once a rollout was learned from, the last one's
