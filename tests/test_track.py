@@ -173,6 +173,26 @@ def test_offline_track_mirrors_tensorboard_and_resumes_the_same_run(tmp_path):
     assert wandb_config(records)["total_steps"] == 900
 
 
+def test_a_tracked_pqn_run_mirrors_its_own_tags(tmp_path):
+    """--algo pqn --track: W&B holds every TensorBoard scalar of the run, PQN's own tags included."""
+    pytest.importorskip("wandb")
+    env = wandb_env(tmp_path)
+    done = run_train("--preset", "catch-pqn", "--total-steps", "1024", "--log-every", "256", "--eval-every", "512",
+                     "--eval-episodes", "2", "--track", "--wandb-project", "vecdqn-test", "--log-dir",
+                     str(tmp_path / "runs"), "--run-name", "pqn", env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_dir = tmp_path / "runs" / "pqn"
+    run_id = (run_dir / RUN_ID_FILE).read_text().strip()
+    records = read_wandb_log(offline_run(tmp_path / "wandb-files", run_id) / f"run-{run_id}.wandb")
+    assert wandb_config(records)["algo"] == "pqn"
+    board = tensorboard_scalars(run_dir)
+    assert {"pqn/lambda_return_mean", "pqn/update_seconds", "pqn/rollout_sps", "eval/return_mean"} <= set(board)
+    synced = synced_scalars(wandb_history(records), set(board))
+    assert set(synced) == set(board)
+    for tag, points in board.items():
+        assert synced[tag] == pytest.approx(points), tag
+
+
 def wandb_env(tmp_path: Path) -> dict[str, str]:
     """Offline W&B, every file of it under ``tmp_path``."""
     wandb_dir = tmp_path / "wandb-files"

@@ -109,6 +109,10 @@ def test_an_option_given_twice_is_refused():
     (["--space", "n_step=1:3", "--", "--no-such-option"], "unrecognized arguments: --no-such-option"),
     (["--space", "n_step=1:3", "--", "--run-name", "x"], "--run-name cannot be a fixed option"),
     (["--space", "n_step=1:3", "--", "--preset", "catch"], "--objective eval needs periodic evaluations"),
+    # A dimension the fixed options' learner would not use, either way round:
+    (["--space", "n_step=1:3", "--", "--preset", "catch-pqn", "--eval-every", "500"],
+     "--n-step only applies with --algo dqn"),
+    (["--space", "q_lambda=0.3:0.9"], "--q-lambda only applies with --algo pqn"),
     # W&B refuses these project names; every trial would fail at its start.
     (["--space", "n_step=1:3", "--n-trials", "1", "--", *TRAIN, "--track", "--wandb-project", "myteam/catch"],
      "--wandb-project myteam/catch: a W&B project name may not contain any of / \\ # ? % : (found /); for "
@@ -287,6 +291,28 @@ def test_study_completes_and_follows_its_pruner(study):
     assert not processes_using(runs)
     leftovers = [p for p in runs.rglob("*") if p.is_file() and (".tmp" in p.name or p.name.startswith("."))]
     assert not leftovers
+
+
+def test_a_pqn_study_tunes_pqn_options(tmp_path):
+    """--algo pqn through the tuner: PQN's own options as dimensions, and every trial a PQN run
+    that reports its evaluations and stores the sampled values."""
+    pytest.importorskip("optuna")
+    import optuna
+
+    runs = tmp_path / "runs"
+    done = run_tune("--study-name", "pqn", "--n-trials", "2", "--pruner", "none", "--sampler-seed", "1",
+                    "--space", "q_lambda=0.3:0.9", "--space", "epochs=1:4", "--", "--preset", "catch-pqn",
+                    "--total-steps", "1024", "--eval-every", "512", "--eval-episodes", "2", "--log-dir", str(runs))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    trials = optuna.load_study(study_name="pqn", storage=f"sqlite:///{runs / 'pqn' / 'study.db'}").get_trials()
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2
+    for t in trials:
+        assert sorted(t.intermediate_values) == [512, 1024] and t.value == t.intermediate_values[1024]
+        saved = checkpoint.load(Path(t.user_attrs["run_dir"]) / "checkpoints" / "final.pt")
+        assert saved["config"]["algo"] == "pqn" and saved["train_state"]["step"] == 1024
+        assert (saved["config"]["q_lambda"], saved["config"]["epochs"]) == (t.params["q_lambda"], t.params["epochs"])
+    command = done.stdout.split("reproduce it with:\n")[1].strip()
+    assert command.startswith("python scripts/train.py --preset catch-pqn ") and "--q-lambda" in command
 
 
 @pytest.mark.slow  # over 15 s: kept out of CI's 10 minutes (python -m pytest -m slow)
