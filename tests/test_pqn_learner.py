@@ -85,12 +85,30 @@ def test_learn_waits_for_a_full_rollout_then_counts_its_updates(tmp_path):
     (["--algo", "pqn", "--num-envs", "3", "--rollout-steps", "5", "--minibatches", "4"],
      "--minibatches 4 does not divide a rollout"),
     (["--algo", "sarsa"], "--algo 'sarsa' is unknown"),
+    (["--algo", "pqn", "--epochs", "101"], "--epochs 101 is more than 100 passes over each rollout; use 1 to 100"),
+    # A preset belongs to one learner: its values for the other would be dropped unseen.
+    (["--preset", "catch", "--algo", "pqn"], "--algo pqn does not fit --preset catch, a preset for --algo dqn"),
+    (["--preset", "catch-pqn", "--algo", "dqn"], "use one of ['catch', 'labml', 'pong'], or no preset"),
 ])
 def test_options_the_learner_would_not_use_are_refused(tmp_path, args, named, capsys):
-    code = cli.main(["--preset", "catch", "--log-dir", str(tmp_path), *args])
+    code = cli.main(["--env-id", "vecdqn/Catch-v0", "--screen-size", "44", "--log-dir", str(tmp_path), *args])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and named in err, err
     assert not any(tmp_path.iterdir())
+
+
+def test_a_resumed_pqn_run_keeps_its_rollout_length(tmp_path, capsys):
+    """The saved rollout fixes T: another --rollout-steps on --resume is one line and exit 2, with
+    config.json untouched; --epochs may change."""
+    Trainer(pqn_config(tmp_path, run_name="run", total_steps=200), progress=False, handle_signals=False).run()
+    run = tmp_path / "run"
+    before = (run / "config.json").read_text()
+    assert cli.main(["--resume", str(run), "--rollout-steps", "16", "--total-steps", "400"]) == 2
+    assert capsys.readouterr().err == ("train.py: error: --rollout-steps 16 differs from the run's 8; --rollout-steps "
+                                       "cannot change on --resume (start a new run instead)\n")
+    assert (run / "config.json").read_text() == before
+    assert Trainer.from_checkpoint(run, {"epochs": 3, "total_steps": 400}, progress=False,
+                                   handle_signals=False).run()["steps"] == 400
 
 
 def test_a_resumed_pqn_run_continues_bit_for_bit(tmp_path):

@@ -25,7 +25,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from vecdqn.config import Config, check_options_used, option_flag
+from vecdqn.config import ALGOS, Config, check_options_used, option_flag
 from vecdqn.presets import PRESET_SOURCES, PRESETS, check_preset
 from vecdqn.schedules import SCHEDULE_SHORTHANDS, replaced_options
 
@@ -231,7 +231,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[Config, set[str]]:
 
     Raises:
         UsageError: a malformed option, both forms of one schedule, an unknown preset, a
-            ``--preset`` with ``--resume``, or (without ``--resume``) an option the run would not
+            ``--preset`` with ``--resume`` or with an ``--algo`` other than its own, or (without ``--resume``) an option the run would not
             use (`check_given_options`) or a value `Config.validate` refuses.
     """
     argv = sys.argv[1:] if argv is None else argv
@@ -253,6 +253,12 @@ def parse_config(argv: list[str] | None = None) -> tuple[Config, set[str]]:
         raise UsageError(f"--preset {preset} cannot be given with --resume: the run continues with its saved "
                          "values; give the options to change one by one (e.g. --total-steps)")
     if preset:
+        preset_algo = PRESETS[preset].get("algo", "dqn")
+        if "algo" in given and values["algo"] in ALGOS and values["algo"] != preset_algo:
+            fitting = sorted(name for name, v in PRESETS.items() if v.get("algo", "dqn") == values["algo"])
+            raise UsageError(f"--algo {values['algo']} does not fit --preset {preset}, a preset for --algo "
+                             f"{preset_algo} (its options for {preset_algo} would not be used); use one of "
+                             f"{fitting}, or no preset")
         values.update(preset_values(preset, given))
     config = Config(**values)
     if not config.resume:

@@ -33,6 +33,9 @@ from vecdqn.schedules import parse_pairs, replaced_options
 MIN_SCREEN_SIZE = 36
 # Longest n-step return accepted (the return matrix is n x n; Rainbow, Hessel et al. 2018, uses 3).
 MAX_N_STEP = 1000
+# Most PQN epochs per rollout accepted (Gallici et al. 2025 use 2 on Atari, CleanRL 4): a rollout's
+# epochs are one uninterruptible step of the run.
+MAX_EPOCHS = 100
 
 # The learners of --algo.
 ALGOS = ("dqn", "pqn")
@@ -192,10 +195,10 @@ class Config:
 
     # --- PQN (--algo pqn; Gallici et al. 2025, Algorithm 1) ----------------------------------
     rollout_steps: int = _f(32, "vector steps per PQN rollout (T); a rollout is T x --num-envs agent steps",
-                            "pqn_only")
+                            "pqn_only", "fixed_on_resume")
     q_lambda: float = _f(0.65, "lambda of PQN's Q(lambda) returns (0: one-step Q-learning targets, 1: Monte-Carlo "
                                "returns within the rollout)", "pqn_only")
-    epochs: int = _f(2, "passes of PQN over each rollout", "pqn_only")
+    epochs: int = _f(2, f"passes of PQN over each rollout (at most {MAX_EPOCHS})", "pqn_only")
     minibatches: int = _f(4, "minibatches per pass over a PQN rollout; each holds T x --num-envs / this "
                              "transitions (must divide it)", "pqn_only")
     overlap_update: bool = _f(False, "PQN: learn from rollout k on a second thread while the envs collect rollout "
@@ -448,6 +451,9 @@ def _check_pqn(c: Config) -> None:
     for name in ("rollout_steps", "epochs", "minibatches"):
         if getattr(c, name) < 1:
             raise ValueError(f"{option_flag(name)} {getattr(c, name)} must be a positive integer (>= 1)")
+    if c.epochs > MAX_EPOCHS:
+        raise ValueError(f"--epochs {c.epochs} is more than {MAX_EPOCHS} passes over each rollout; use 1 to "
+                         f"{MAX_EPOCHS} (PQN's Atari runs use 2 to 4)")
     if not 0.0 <= c.q_lambda <= 1.0:
         raise ValueError(f"--q-lambda {c.q_lambda} must be in [0, 1] (PQN's Atari runs use 0.65)")
     rollout = c.rollout_steps * c.num_envs
