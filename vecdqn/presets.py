@@ -111,6 +111,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
     # PQN on pixel Catch: 8 envs x 16 steps per rollout, 4 epochs of 8 minibatches of 16 (one
     # gradient step per 4 agent steps, as the catch preset's DQN); gamma 0.9 for 9-step games.
+    # The learning rate falls linearly from 1e-3 to 1e-5 over the run (as CleanRL's PQN anneals
+    # it): held at 1e-3, seed 1 with two torch threads learned by 8,000 agent steps and then fell
+    # to a greedy -0.24 at 12,000 (docs/presets.md).
     "catch-pqn": dict(
         env_id="vecdqn/Catch-v0",
         algo="pqn",
@@ -122,7 +125,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         epochs=4,
         minibatches=8,
         q_lambda=0.65,
-        learning_rate=1e-3,
+        learning_rate_schedule="0:1e-3,12000:1e-5",
         gamma=0.9,
         epsilon_start=1.0,
         epsilon_end=0.01,
