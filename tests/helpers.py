@@ -1,9 +1,15 @@
-"""Shared test helpers: a small, fast Catch configuration; a Catch that raises."""
+"""Shared test helpers: a small, fast Catch configuration; a Catch that raises; a train.py
+process signalled once its env workers run."""
 
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+import psutil
 
 from vecdqn.config import Config
 from vecdqn.envs.catch import Catch
@@ -88,3 +94,36 @@ def forward_view_lambda_returns(rewards, terminated, truncated, next_q_max, gamm
                 total += (lam ** (h - 1) if k == h else (1 - lam) * lam ** (k - 1)) * g_k
             out[t, n] = total
     return out
+
+
+TRAIN_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "train.py"
+TRAIN_ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def signal_training(args: list[str], signum: int, workers: int, settle: float
+                    ) -> tuple[int, str, list[psutil.Process]]:
+    """Start ``scripts/train.py args``, wait (up to 60 s) for ``workers`` child processes, let it
+    train ``settle`` seconds, send ``signum`` and wait for it to exit. Returns ``(exit code, its
+    stderr, the children seen)``; a process still running on the way out is killed.
+
+    Raises:
+        AssertionError: the env workers did not start within 60 s.
+    """
+    proc = subprocess.Popen([sys.executable, str(TRAIN_SCRIPT), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=TRAIN_ENV)
+    try:
+        deadline, children = time.time() + 60, []
+        while time.time() < deadline and len(children) < workers:
+            time.sleep(0.5)
+            try:
+                children = psutil.Process(proc.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                children = []
+        assert len(children) >= workers, "env workers did not start"
+        time.sleep(settle)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, err, children

@@ -2,11 +2,9 @@
 exact resume, the run folder and evaluation of its checkpoints."""
 
 import importlib.util
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -14,7 +12,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
-from helpers import RaisingCatch, catch_config, forward_view_lambda_returns
+from helpers import TRAIN_ENV, TRAIN_SCRIPT, RaisingCatch, catch_config, forward_view_lambda_returns, signal_training
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from vecdqn import checkpoint, cli
@@ -272,30 +270,17 @@ def test_an_env_that_raises_stops_a_pqn_run_naming_the_env(tmp_path):
 def test_a_signalled_pqn_run_checkpoints_exits_and_resumes(tmp_path, signum, code):
     """scripts/train.py --preset catch-pqn --overlap-update, signalled while it trains: exit code
     128 + the signal, a checkpoint, no worker left; ``--resume`` then runs it to its end."""
-    args = [sys.executable, str(ROOT / "scripts" / "train.py"), "--preset", "catch-pqn", "--overlap-update",
-            "--log-dir", str(tmp_path), "--run-name", "run", "--total-steps", "1000000"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        deadline, children = time.time() + 60, []
-        while time.time() < deadline and len(children) < 8:
-            time.sleep(0.5)
-            children = psutil.Process(proc.pid).children(recursive=True)
-        assert len(children) >= 8, "env workers did not start"
-        time.sleep(4)  # let it learn from a few rollouts
-        proc.send_signal(signum)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == code, err[-2000:]
+    returncode, err, children = signal_training(
+        ["--preset", "catch-pqn", "--overlap-update", "--log-dir", str(tmp_path), "--run-name", "run",
+         "--total-steps", "1000000"], signum, workers=8, settle=4)  # let it learn from a few rollouts
+    assert returncode == code, err[-2000:]
     latest = tmp_path / "run" / "checkpoints" / "latest.pt"
     step = checkpoint.load(latest)["train_state"]["step"]
     assert step > 0 and str(latest) in err and "--resume" in err
     _, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"worker processes left behind: {alive}"
 
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "train.py"), "--resume", str(tmp_path / "run"),
-                           "--total-steps", str(step + 256)], capture_output=True, text=True, timeout=120, env=env)
+    done = subprocess.run([sys.executable, str(TRAIN_SCRIPT), "--resume", str(tmp_path / "run"), "--total-steps",
+                           str(step + 256)], capture_output=True, text=True, timeout=120, env=TRAIN_ENV)
     assert done.returncode == 0, done.stderr[-2000:]
     assert checkpoint.load(latest)["train_state"]["step"] == step + 256

@@ -1,10 +1,7 @@
 """Runs that survive: exact resume, signals, crashed workers, non-finite losses."""
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -13,7 +10,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
-from helpers import RaisingCatch, catch_config
+from helpers import RaisingCatch, catch_config, signal_training
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from vecdqn import checkpoint
@@ -87,34 +84,12 @@ def test_resume_refuses_to_move_the_run(tmp_path, option):
         Trainer.from_checkpoint(tmp_path / "run", {"total_steps": 400, option: "elsewhere"}, progress=False)
 
 
-def _descendants(pid: int) -> list[psutil.Process]:
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-
-
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_checkpoints_and_exits_cleanly(tmp_path, signum, code):
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "scripts" / "train.py"), "--preset", "catch", "--num-envs", "2",
-         "--total-steps", "1000000", "--log-dir", str(tmp_path), "--run-name", "run", "--learning-starts", "100"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        deadline = time.time() + 60
-        children: list[psutil.Process] = []
-        while time.time() < deadline and len(children) < 2:
-            time.sleep(0.5)
-            children = _descendants(proc.pid)
-        assert len(children) >= 2, "env workers did not start"
-        time.sleep(3)  # let it train a little
-        proc.send_signal(signum)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == code, err[-2000:]
+    returncode, err, children = signal_training(
+        ["--preset", "catch", "--num-envs", "2", "--total-steps", "1000000", "--log-dir", str(tmp_path), "--run-name",
+         "run", "--learning-starts", "100"], signum, workers=2, settle=3)  # let it train a little
+    assert returncode == code, err[-2000:]
     ckpt = tmp_path / "run" / "checkpoints" / "latest.pt"
     state = checkpoint.load(ckpt)
     assert state["train_state"]["step"] > 0

@@ -222,6 +222,11 @@ def preset_values(preset: str, given: set[str]) -> dict[str, Any]:
     return {key: value for key, value in PRESETS[preset].items() if key not in skip}
 
 
+def preset_algo(preset: str) -> str:
+    """The learner (``--algo``) preset ``preset`` is for: its own ``algo``, else Config's default."""
+    return PRESETS[preset].get("algo", Config.__dataclass_fields__["algo"].default)
+
+
 def parse_config(argv: list[str] | None = None) -> tuple[Config, set[str]]:
     """Parse ``scripts/train.py``'s command line: ``(config, the names of the options given)``.
 
@@ -231,8 +236,9 @@ def parse_config(argv: list[str] | None = None) -> tuple[Config, set[str]]:
 
     Raises:
         UsageError: a malformed option, both forms of one schedule, an unknown preset, a
-            ``--preset`` with ``--resume`` or with an ``--algo`` other than its own, or (without ``--resume``) an option the run would not
-            use (`check_given_options`) or a value `Config.validate` refuses.
+            ``--preset`` with ``--resume`` or with an ``--algo`` other than its own, or (without
+            ``--resume``) an option the run would not use (`check_given_options`) or a value
+            `Config.validate` refuses.
     """
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
@@ -253,12 +259,11 @@ def parse_config(argv: list[str] | None = None) -> tuple[Config, set[str]]:
         raise UsageError(f"--preset {preset} cannot be given with --resume: the run continues with its saved "
                          "values; give the options to change one by one (e.g. --total-steps)")
     if preset:
-        preset_algo = PRESETS[preset].get("algo", "dqn")
-        if "algo" in given and values["algo"] in ALGOS and values["algo"] != preset_algo:
-            fitting = sorted(name for name, v in PRESETS.items() if v.get("algo", "dqn") == values["algo"])
-            raise UsageError(f"--algo {values['algo']} does not fit --preset {preset}, a preset for --algo "
-                             f"{preset_algo} (its options for {preset_algo} would not be used); use one of "
-                             f"{fitting}, or no preset")
+        own = preset_algo(preset)
+        if "algo" in given and values["algo"] in ALGOS and values["algo"] != own:
+            fitting = sorted(name for name in PRESETS if preset_algo(name) == values["algo"])
+            raise UsageError(f"--algo {values['algo']} does not fit --preset {preset}, a preset for --algo {own} "
+                             f"(its options for {own} would not be used); use one of {fitting}, or no preset")
         values.update(preset_values(preset, given))
     config = Config(**values)
     if not config.resume:
