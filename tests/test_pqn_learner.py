@@ -5,6 +5,7 @@ import importlib.util
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import gymnasium as gym
@@ -19,6 +20,7 @@ from vecdqn import checkpoint, cli
 from vecdqn.core import NonFiniteError
 from vecdqn.envs import WorkerError
 from vecdqn.pqn import PQNLearner
+from vecdqn.pqn.agent import PQNAgent
 from vecdqn.train_state import TrainState
 from vecdqn.trainer import Trainer
 
@@ -155,26 +157,58 @@ def test_a_pqn_run_logs_its_own_tags_and_its_checkpoint_evaluates(tmp_path, caps
 
 def test_the_overlapped_update_is_a_function_of_the_seed_and_resumes_exactly(tmp_path):
     """--overlap-update: the update of each rollout on a second thread, the acting copy synced at
-    fixed points. Two runs agree bit for bit, and so does one resumed from a mid-run checkpoint;
-    it is a different run from the sequential one (the actions lag one rollout)."""
-    runs = []
+    fixed points. Two runs agree bit for bit, and so does one resumed from a mid-run checkpoint,
+    also under a learning-rate schedule; it is a different run from the sequential one (the
+    actions lag one rollout)."""
+    runs, schedule = [], {"learning_rate_schedule": "0:1e-3,640:1e-5"}
     for name in ("a", "b"):
-        trainer = Trainer(pqn_config(tmp_path / name, run_name="run", overlap_update=True), progress=False,
-                          handle_signals=False)
+        trainer = Trainer(pqn_config(tmp_path / name, run_name="run", overlap_update=True, **schedule),
+                          progress=False, handle_signals=False)
         trainer.run()
         runs.append(trainer.core.learner.network.state_dict())
-    Trainer(pqn_config(tmp_path / "c", run_name="run", overlap_update=True, total_steps=400, checkpoint_every=200),
-            progress=False, handle_signals=False).run()
+    Trainer(pqn_config(tmp_path / "c", run_name="run", overlap_update=True, total_steps=400, checkpoint_every=200,
+                       **schedule), progress=False, handle_signals=False).run()
     resumed = Trainer.from_checkpoint(tmp_path / "c" / "run", {"total_steps": 640}, progress=False,
                                       handle_signals=False)
     resumed.run()
     runs.append(resumed.core.learner.network.state_dict())
-    sequential = Trainer(pqn_config(tmp_path / "d", run_name="run"), progress=False, handle_signals=False)
+    sequential = Trainer(pqn_config(tmp_path / "d", run_name="run", **schedule), progress=False, handle_signals=False)
     sequential.run()
     for other in runs[1:]:
         assert all(torch.equal(runs[0][k], other[k]) for k in runs[0])
     plain = sequential.core.learner.network.state_dict()
     assert not all(torch.equal(runs[0][k], plain[k]) for k in plain)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_each_rollouts_update_runs_at_its_own_learning_rate(tmp_path, monkeypatch, overlap):
+    """Rollout k (32 agent steps: 8 vector steps of 4 envs) is learned from at agent step 32·(k+1),
+    so all of its steps take the schedule's rate there. With --overlap-update each update here
+    waits until the next rollout is full and the main thread waits for it: the rate the next
+    rollout's learning sets must not reach the update still in flight."""
+    import vecdqn.pqn.learner
+
+    finishing, rates, update, finish = threading.Event(), [], PQNAgent.update, PQNLearner._finish
+
+    def late_update(self, *args, **kwargs):
+        if overlap:
+            assert finishing.wait(timeout=60)
+            finishing.clear()
+        rates.append(self.learning_rate)
+        return update(self, *args, **kwargs)
+
+    def signalled_finish(self):
+        if self._pending is not None:
+            finishing.set()
+        finish(self)
+
+    monkeypatch.setattr(PQNAgent, "update", late_update)
+    monkeypatch.setattr(vecdqn.pqn.learner.PQNLearner, "_finish", signalled_finish)
+    config = pqn_config(tmp_path, overlap_update=overlap, total_steps=320, learning_rate_schedule="0:1e-3,320:1e-5")
+    trainer = Trainer(config, progress=False, handle_signals=False)
+    trainer.run()
+    schedule = trainer.core.learner.schedules.learning_rate
+    assert len(rates) == 9 and rates == [schedule(32 * (k + 1)) for k in range(9)]
 
 
 @pytest.mark.parametrize("overlap", [False, True])

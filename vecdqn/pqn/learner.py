@@ -191,6 +191,9 @@ class PQNLearner:
         returns = lambda_returns(torch.from_numpy(r["rewards"]), torch.from_numpy(r["terminated"]),
                                  torch.from_numpy(r["truncated"]), torch.from_numpy(r["next_q_max"]),
                                  c.gamma, c.q_lambda)
+        # The previous rollout's update (in flight with overlap_update) ends at its own rate: RAdam
+        # reads the rate at every step, so it may change only once that update is done.
+        self._finish()
         self.agent.set_learning_rate(self.schedules.learning_rate(state.step))
         state.updates += c.epochs * c.minibatches
         self.t = 0
@@ -199,7 +202,6 @@ class PQNLearner:
             report(self._update(r, returns))
             self._note(float(returns.mean()), collected, rollout_sps)
             return
-        self._finish()
         self.acting.load_state_dict(self.agent.online.state_dict())
         self.rollout, self._learning = self._learning, self.rollout  # the next rollout fills the other
         self._pending = (self._executor.submit(self._update, self._learning, returns), float(returns.mean()),
