@@ -249,6 +249,46 @@ def test_bootstrapping_across_rollouts_over_a_whole_run(tmp_path, monkeypatch, o
         np.testing.assert_allclose(returns, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_a_resume_without_env_state_never_pairs_rows_of_two_games(tmp_path, monkeypatch, capsys):
+    """A kept step_*.pt holds the rollout so far (7 of 8 rows here) but not the envs' state: the
+    resumed run starts new games, so the saved rows must end where the saved games stop. Over the
+    rollouts learned after the resume, every row that did not end a game bootstraps from the next
+    row's observation (the network is held fixed: updates are recorded, not taken), and the run
+    says so in one line."""
+    config = pqn_config(tmp_path, run_name="run", num_envs=2, rollout_steps=8, minibatches=2, total_steps=40,
+                        checkpoint_every=14, keep_checkpoints=True)
+    Trainer(config, progress=False, handle_signals=False).run()
+    kept = tmp_path / "run" / "checkpoints" / "step_000000014.pt"
+    saved = checkpoint.load_training(kept)
+    assert saved.get("envs") is None and saved["agent"]["t"] == 7
+
+    learned = []
+
+    def record(self, rollout, returns):
+        learned.append({name: array.copy() for name, array in rollout.items()})
+        return {"td_loss": 0.0, "q_values": 0.0, "grad_norm": 0.0}
+
+    monkeypatch.setattr(PQNLearner, "_update", record)
+    capsys.readouterr()
+    resumed = Trainer.from_checkpoint(kept, {"total_steps": 50}, progress=False, handle_signals=False)
+    resumed.run()
+    out = capsys.readouterr()
+    lines = [line for line in (out.out + out.err).splitlines() if "holds no env state" in line]
+    assert lines == ["the checkpoint holds no env state, so new games start: the saved rollout's 7 rows end "
+                     "there, each env's last one bootstrapping from its stored next value (as at a truncation)"]
+    assert len(learned) == 3  # learned at agent steps 16, 32 and 48
+    rows = {name: np.concatenate([r[name] for r in learned]) for name in learned[0]}
+    np.testing.assert_array_equal(rows["obs"][:7], saved["agent"]["rollout"]["obs"][:7].numpy())
+    ended = rows["terminated"] | rows["truncated"]
+    assert ended[6].all()  # the saved games' last rows
+    steps, n_envs = rows["rewards"].shape
+    agent = resumed.core.learner.agent
+    asked = agent.q_values(rows["obs"].reshape(steps * n_envs, *SHAPE)).max(dim=1).values.numpy()
+    going_on = ~ended[:-1]
+    np.testing.assert_allclose(rows["next_q_max"][:-1][going_on], asked.reshape(steps, n_envs)[1:][going_on],
+                               rtol=1e-4, atol=1e-6)
+
+
 # -- what a DQN run survives, a PQN run survives ---------------------------------------------------
 
 

@@ -146,6 +146,11 @@ class Learner(Protocol):
     def start(self) -> None:
         """Ready to act and learn (after any `restore`)."""
 
+    def new_games(self) -> str | None:
+        """The collector starts new games (after `start`, before the first `act`): a new run, or a
+        resume that cannot continue the saved games; what the learner holds of old games must not
+        continue into the new ones. Returns a line for the console, or None."""
+
     def epsilon(self, step: int) -> float:
         """The exploration rate of its actions at agent step ``step``."""
 
@@ -292,6 +297,14 @@ class TrainingCore:
         return r.envs
 
     # -- what collectors call --------------------------------------------------------------------------
+    def new_games(self) -> None:
+        """The collector starts new games rather than continuing saved ones (a new run, or a resume
+        from a checkpoint without the envs' state): the learner ends what it holds of the old
+        games (`Learner.new_games`), and the console gets its line."""
+        line = self.learner.new_games()
+        if line:
+            self.say(line)
+
     def act(self, obs: np.ndarray) -> np.ndarray:
         """The learner's ``(N,) int64`` actions for ``(N, S, H, W) uint8`` observations, now."""
         return self.learner.act(obs, self.state.step)

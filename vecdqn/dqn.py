@@ -90,6 +90,11 @@ class DQNLearner:
         self.pipeline = LearnerPipeline(self.buffer, self.agent, c.batch_size, per=c.per, prefetch=prefetch,
                                         frames=frames)
 
+    def new_games(self) -> None:
+        """Nothing to end: a checkpoint without the envs' state (a kept ``step_*.pt``, a failed
+        worker's) holds no replay either, so a run resumed from it refills an empty replay."""
+        return None
+
     # -- acting -------------------------------------------------------------------------------------
     def epsilon(self, step: int) -> float:
         """The exploration rate at agent step ``step`` (its schedule)."""

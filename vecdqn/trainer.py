@@ -74,12 +74,14 @@ class VectorCollector:
 
     def start(self) -> None:
         """Continue the saved games if the envs can be put back into them, else reset (env ``i``
-        seeded ``seed + i``, or ``seed + step + i`` after a resume), and choose the first actions."""
+        seeded ``seed + i``, or ``seed + step + i`` after a resume) and tell the learner
+        (`TrainingCore.new_games`), and choose the first actions."""
         c, s, saved = self.core.config, self.core.state, self.saved
         if saved is not None and self.envs.restore(saved["snapshots"], s.step):
             self.obs, self.actions = saved["obs"], saved["actions"]
             return
         self.obs, _ = self.envs.reset(seed=c.seed if s.step == 0 else c.seed + s.step, step=s.step)
+        self.core.new_games()
         self.actions = self.core.act(self.obs)
 
     def collect(self) -> None:

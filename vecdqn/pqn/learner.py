@@ -126,6 +126,23 @@ class PQNLearner:
         """Nothing to start: the rollout fills from the first vector step."""
         self._collect_start = time.perf_counter()
 
+    def new_games(self) -> str | None:
+        """The envs start new games: a new run, or a resume whose checkpoint cannot continue the
+        saved games (a kept ``step_*.pt`` or a failed worker's checkpoint holds no env state). The
+        rollout so far then ends at its last row as at a truncation: each env's last saved step
+        bootstraps from its stored ``max_a Q(s_{t+1}, a)`` (complete in every checkpoint: the
+        `act` after a `store` completes it), and no Q(λ) return runs from one game into another.
+
+        Returns:
+            the line that says so, or None when the rollout holds no row yet.
+        """
+        if self.t == 0:
+            return None
+        self.rollout["truncated"][self.t - 1] = True
+        return (f"the checkpoint holds no env state, so new games start: the saved rollout's {self.t} row"
+                f"{'' if self.t == 1 else 's'} end there, each env's last one bootstrapping from its stored "
+                "next value (as at a truncation)")
+
     # -- acting -------------------------------------------------------------------------------------
     def epsilon(self, step: int) -> float:
         """The exploration rate at agent step ``step`` (its schedule)."""
