@@ -211,6 +211,25 @@ def test_each_rollouts_update_runs_at_its_own_learning_rate(tmp_path, monkeypatc
     assert len(rates) == 9 and rates == [schedule(32 * (k + 1)) for k in range(9)]
 
 
+def test_closing_does_not_wait_for_the_update_in_flight(tmp_path):
+    """A second Ctrl-C stops a run at once: closing an --overlap-update learner ends the update on
+    the update thread before its next gradient step, rather than after its 100 × 16 of them."""
+    config = pqn_config(tmp_path, num_envs=4, rollout_steps=8, epochs=100, minibatches=16, overlap_update=True)
+    learner = PQNLearner(config, torch.device("cpu"), SHAPE, 3)
+    learner.start()
+    obs = np.random.default_rng(0).integers(0, 256, (4, *SHAPE), dtype=np.uint8)
+    flags = np.zeros(4, bool)
+    for t in range(8):
+        learner.act(obs, 4 * t)
+        learner.store(obs, np.zeros(4, np.int64), np.ones(4, np.float32), obs, flags, flags)
+    learner.act(obs, 32)
+    learner.learn(TrainState(step=32), 4, lambda metrics: None)
+    assert learner.t == 0  # the rollout went to the update thread
+    learner.close()
+    steps = [int(state["step"]) for state in learner.agent.optimizer.state.values()]
+    assert max(steps, default=0) < 100 * 16
+
+
 @pytest.mark.parametrize("overlap", [False, True])
 def test_bootstrapping_across_rollouts_over_a_whole_run(tmp_path, monkeypatch, overlap):
     """Episodes longer than a rollout (Catch: 9 agent steps; rollouts of 4): over a whole run,

@@ -24,6 +24,7 @@ the next episode's first, where step t ended an episode.
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,11 @@ from torch import nn
 from vecdqn.model import QNetwork
 from vecdqn.staging import check_amp, to_device
 
-__all__ = ["PQNAgent"]
+__all__ = ["PQNAgent", "UpdateStopped"]
+
+
+class UpdateStopped(RuntimeError):
+    """`PQNAgent.update` was stopped (its ``stop`` event set) before its last gradient step."""
 
 
 class PQNAgent:
@@ -126,6 +131,7 @@ class PQNAgent:
         epochs: int,
         minibatches: int,
         generator: np.random.Generator,
+        stop: threading.Event | None = None,
     ) -> dict[str, float]:
         """The updates of one rollout: ``epochs`` passes over its ``T·N`` samples, each a fresh
         shuffle (from ``generator``) split into ``minibatches`` equal minibatches, one RAdam step
@@ -139,6 +145,8 @@ class PQNAgent:
             epochs: passes over the rollout (>= 1).
             minibatches: minibatches per pass (>= 1, dividing ``T·N``).
             generator: draws the shuffles (the caller's; its state decides them).
+            stop: checked before each gradient step; once set, the update ends there (a run
+                stopped at once does not wait for the rest of its epochs).
 
         Returns:
             ``{"td_loss", "q_values", "grad_norm"}`` as floats, each the mean over the
@@ -148,6 +156,7 @@ class PQNAgent:
         Raises:
             ValueError: inputs of other shapes or dtypes, actions outside ``[0, A)``, or
                 ``epochs``/``minibatches`` that do not fit.
+            UpdateStopped: ``stop`` was set before the last step (the steps before it are taken).
         """
         obs = self._observations(obs, "update: obs", 2)
         t, n = obs.shape[:2]
@@ -167,6 +176,8 @@ class PQNAgent:
         for _ in range(epochs):
             order = to_device(generator.permutation(total), self.device)
             for k in range(minibatches):
+                if stop is not None and stop.is_set():
+                    raise UpdateStopped("update stopped before its last gradient step")
                 idx = order[k * size:(k + 1) * size]
                 with self._autocast():
                     q = self.online(obs[idx]).float()

@@ -35,6 +35,7 @@ any agent step.
 from __future__ import annotations
 
 import copy
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -90,6 +91,7 @@ class PQNLearner:
         self.acting: torch.nn.Module | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._pending: tuple[Future, float, float] | None = None
+        self._stop = threading.Event()  # set by `close`: the update in flight ends before its next step
         # Where a finished update's metrics go (the core's check for non-finite values, then its
         # log): set by `learn`, called by `_finish` wherever the update in flight is waited for.
         self._report: Callable[[dict[str, float]], None] | None = None
@@ -229,7 +231,7 @@ class PQNLearner:
     def _update(self, rollout: dict[str, np.ndarray], returns: torch.Tensor) -> dict[str, float]:
         """The epochs of one rollout (`PQNAgent.update`); its mean metrics."""
         return self.agent.update(rollout["obs"], rollout["actions"], returns, epochs=self.config.epochs,
-                                 minibatches=self.config.minibatches, generator=self.shuffle)
+                                 minibatches=self.config.minibatches, generator=self.shuffle, stop=self._stop)
 
     def _note(self, return_mean: float, started: float, rollout_sps: float | None = None) -> None:
         """The last learned rollout's scalars; the next rollout's collection starts now."""
@@ -272,6 +274,11 @@ class PQNLearner:
         return None
 
     def close(self) -> None:
-        """Stop the update thread (``overlap_update``) once its update is done."""
+        """Stop the update thread (``overlap_update``) without waiting for the rest of an update in
+        flight: it ends before its next gradient step and is dropped. Every checkpoint has waited
+        for the update it holds, so only a run stopped at once (a second signal) or failing drops
+        one; the network is then left as that update's last step made it."""
         if self._executor is not None:
-            self._executor.shutdown(wait=True)
+            self._stop.set()
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._pending = None
