@@ -26,6 +26,7 @@ from vecdqn.envs import WorkerError, make_env
 from vecdqn.envs.state import set_env_state
 from vecdqn.metrics import MetricsLogger
 from vecdqn.preflight import ConfigError
+from vecdqn.resume import resume
 from vecdqn.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,11 +72,14 @@ def console_lines(stderr: str) -> list[str]:
     return [line.strip() for line in stderr.replace("\r", "\n").splitlines() if line.strip()]
 
 
-def test_an_env_that_raises_is_one_line_on_the_console_and_its_traceback_in_error_log(tmp_path):
-    """train.py with an env whose worker raises: exit code 1 and one line naming the env, the env
-    id and the exception, with the checkpoint and the log (it was gymnasium's 37 lines in red);
-    the worker's traceback is in the run folder's error.log."""
+@pytest.mark.parametrize("envs_per_worker", [1, 2])
+def test_an_env_that_raises_is_one_line_on_the_console_and_its_traceback_in_error_log(tmp_path, envs_per_worker):
+    """train.py with an env whose worker raises: exit code 1 and one line naming the env (and with
+    batched workers its worker), the env id and the exception, with the checkpoint and the log (it
+    was gymnasium's 37 lines in red); the worker's traceback is in the run folder's error.log."""
     from helpers import RAISING_CATCH_ID
+
+    named = RAISING_CATCH_ID if envs_per_worker == 1 else f"worker 1 of envs 2-3, {RAISING_CATCH_ID}"
 
     failed = run_in_subprocess(f"""
         import sys
@@ -85,14 +89,15 @@ def test_an_env_that_raises_is_one_line_on_the_console_and_its_traceback_in_erro
         register_test_envs()  # env 3 of 4 is seeded 7 + 3 = 10: it raises on its 50th step
         sys.exit(main(["--preset", "catch", "--env-id", RAISING_CATCH_ID, "--num-envs", "4", "--seed", "7",
                        "--buffer-size", "2000", "--learning-starts", "100", "--hidden-size", "32",
-                       "--total-steps", "4000", "--log-dir", {str(tmp_path)!r}, "--run-name", "run"]))
+                       "--total-steps", "4000", "--log-dir", {str(tmp_path)!r}, "--run-name", "run",
+                       "--envs-per-worker", "{envs_per_worker}"]))
     """, tmp_path)
     run = tmp_path / "run"
     assert failed.returncode == 1, failed.stderr[-3000:]
     assert "\x1b" not in failed.stderr and "Traceback" not in failed.stderr
     lines = console_lines(failed.stderr)
     assert re.fullmatch(
-        rf"train\.py: error: env 3 \({re.escape(RAISING_CATCH_ID)}\) failed at agent step \d+: RuntimeError: "
+        rf"train\.py: error: env 3 \({re.escape(named)}\) failed at agent step \d+: RuntimeError: "
         rf"emulator exploded on step 50; last checkpoint: {re.escape(str(run / 'checkpoints' / 'latest.pt'))}; "
         rf"traceback in {re.escape(str(run / 'error.log'))}", lines[-1]), lines[-3:]
     assert sum("emulator exploded" in line for line in lines) == 1
@@ -350,3 +355,20 @@ def test_a_preset_given_on_resume_is_refused_in_one_line(tmp_path, capsys):
     # Through the library, another preset than the run's is refused like any option the run cannot follow.
     with pytest.raises(ConfigError, match="--preset pong differs from the run's catch; --preset cannot change"):
         Trainer.from_checkpoint(run, {"preset": "pong", "total_steps": 400}, progress=False)
+
+
+@pytest.mark.parametrize(("algo", "default"), [("dqn", False), ("pqn", True)])
+def test_resume_accepts_the_runs_own_layer_norm_and_refuses_the_other(tmp_path, algo, default):
+    """--layer-norm is fixed on resume, its saved value unset (each learner's default): restating
+    what the run uses is no change; the other value is refused, naming what the run uses."""
+    pqn = {"algo": "pqn", "rollout_steps": 8, "minibatches": 2} if algo == "pqn" else {}
+    config = catch_config(tmp_path, run_name="run", total_steps=200, **pqn)
+    Trainer(config, progress=False, handle_signals=False).run()
+    run = tmp_path / "run"
+    assert json.loads((run / "config.json").read_text())["layer_norm"] is None
+    assert resume(run, {"layer_norm": default, "total_steps": 400}).config.uses_layer_norm is default
+    flag = "--layer-norm" if default else "--no-layer-norm"
+    assert cli.main(["--resume", str(run), flag, "--total-steps", "400"]) == 0
+    with pytest.raises(ConfigError, match=f"^--layer-norm {not default} differs from the run's {default}; "
+                                          "--layer-norm cannot change on --resume"):
+        resume(run, {"layer_norm": not default, "total_steps": 600})

@@ -95,9 +95,13 @@ def _continued_config(saved: dict[str, Any], overrides: dict[str, Any], run_dir:
             raise ConfigError(f"{option_flag(name)} {overrides[name]} cannot be given with --resume: the run "
                               f"continues in its own folder {run_dir}")
     for name in options_with("fixed_on_resume"):
-        if name in overrides and overrides[name] != values.get(name):
+        if name not in overrides:
+            continue
+        # Compared as the run uses them: a saved unset --layer-norm is the learner's default.
+        was = _as_used(Config.from_saved(values, {}), name)
+        if _as_used(Config.from_saved(values, {name: overrides[name]}), name) != was:
             flag = option_flag(name)
-            raise ConfigError(f"{flag} {overrides[name]} differs from the run's {values.get(name)}; {flag} cannot "
+            raise ConfigError(f"{flag} {overrides[name]} differs from the run's {was}; {flag} cannot "
                               "change on --resume (start a new run instead)")
     if overrides.get("actors", values.get("actors")) and "save_replay" not in overrides:
         overrides = {**overrides, "save_replay": False}  # refused with --actors: the replay refills
@@ -107,3 +111,8 @@ def _continued_config(saved: dict[str, Any], overrides: dict[str, Any], run_dir:
         raise ConfigError(f"--total-steps {config.total_steps} is not beyond the checkpoint's agent step {step}; "
                           "give a larger --total-steps to continue")
     return config
+
+
+def _as_used(config: Config, name: str) -> Any:
+    """The value of option ``name`` as ``config``'s run uses it (an unset ``layer_norm`` resolved)."""
+    return config.uses_layer_norm if name == "layer_norm" else getattr(config, name)
