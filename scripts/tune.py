@@ -111,6 +111,9 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError("--prune-below goes with --pruner threshold, and --pruner threshold needs --prune-below")
     if args.study_name and ("/" in args.study_name or args.study_name in (".", "..")):
         raise UsageError(f"--study-name {args.study_name!r} must be a plain folder name (no '/')")
+    if len(args.study_name.encode()) > 255:  # the study's folder under --log-dir
+        raise UsageError(f"--study-name of {len(args.study_name.encode())} bytes is too long for a folder name; use "
+                         "at most 255 bytes")
 
 
 @contextlib.contextmanager

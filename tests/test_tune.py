@@ -101,6 +101,8 @@ def test_an_option_given_twice_is_refused():
     ([], "no search space"),
     (["--space", "n_step=1:3", "--n-trials", "0"], "--n-trials 0 must be at least 1"),
     (["--space", "n_step=1:3", "--pruner", "threshold"], "--pruner threshold needs --prune-below"),
+    (["--space", "n_step=1:3", "--study-name", "s" * 300],
+     "--study-name of 300 bytes is too long for a folder name; use at most 255 bytes"),
     # Checked with train.py's own parser against the fixed options:
     (["--space", "batch_size=16:4096"], "its high end does not work with the fixed options: --batch-size 4096 is "
                                         "larger than --buffer-size 2000"),
@@ -138,6 +140,17 @@ def test_bad_input_exits_2_with_one_line_before_any_trial(tmp_path, capsys, args
     assert message in err and "s3cret" not in out + err
     # Nothing started and nothing left behind: no log folder, study folder, database or run.
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_study_name_too_long_for_a_folder_is_one_line_also_where_the_log_dir_exists(tmp_path, capsys):
+    """An existing --log-dir makes the study folder's name reach the file system (a traceback
+    once): the name is refused before any folder is looked at."""
+    (tmp_path / "runs").mkdir()
+    args = ["--space", "n_step=1:3", "--study-name", "s" * 300, "--", *TRAIN, "--log-dir", str(tmp_path / "runs")]
+    assert load_script().main(args) == 2
+    err = capsys.readouterr().err
+    assert err == "tune.py: error: --study-name of 300 bytes is too long for a folder name; use at most 255 bytes\n"
+    assert not any((tmp_path / "runs").iterdir())
 
 
 def test_space_file(tmp_path, capsys):
