@@ -124,8 +124,10 @@ def test_quick_learner_section(capsys, tmp_path):
 
 def test_quick_env_section(capsys, tmp_path):
     rows = run_quick(capsys, tmp_path, "env")
-    assert [row["impl"] for row in rows] == ["gymnasium", "vecdqn", "ale_vector", "emulator_ceiling"]
-    assert rows[0]["ratio"] == 1.0
+    assert [row["impl"] for row in rows] == ["ale_vector", "vecdqn", "vecdqn_batched", "gymnasium", "plain_loop",
+                                             "emulator_ceiling"]
+    assert rows[0]["ratio"] == 1.0 and all(row["anchor"] == "ale_vector" for row in rows[:5])
+    assert rows[2]["note"].startswith("K=2 envs per worker") and all(row["value"] > 0 for row in rows)
 
 
 def test_quick_pqn_section(capsys, tmp_path):

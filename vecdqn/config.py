@@ -117,7 +117,12 @@ class Config:
           "fixed_on_resume")
     seed: int = _f(1, "seed in [0, 2**32) of envs (env i gets seed+i), replay sampling and network init")
     total_steps: int = _f(10_000_000, "length of the run, in agent steps summed over envs")
-    num_envs: int = _f(8, "number of env worker processes (AsyncVectorEnv)", "fixed_on_resume", "not_with_actors")
+    num_envs: int = _f(8, "number of envs (games) stepped together, in env worker processes (AsyncVectorEnv)",
+                       "fixed_on_resume", "not_with_actors")
+    envs_per_worker: int = _f(0, "envs each env worker process steps, a divisor of --num-envs (1: a process per "
+                                 "env; 0: auto, the fewest workers that split the envs evenly with at least one "
+                                 "per core, e.g. 64 envs on 2 cores: 2 workers of 32); the results are the same "
+                                 "for every value", "not_with_actors")
     log_dir: str = _f("runs", "folder under which the run folder <env_id>__<seed>__<unix time> is made "
                               "(a / in the env id becomes -)", "fixed_by_tuner")
     run_name: str = _f("", "run folder name under --log-dir (empty: <env_id>__<seed>__<unix time>)", "fixed_by_tuner")
@@ -265,6 +270,18 @@ class Config:
         _check_pqn(self)
         _check_relations(self)
 
+    def envs_per_worker_on(self, cores: int) -> int:
+        """K, the envs each worker process steps on a machine of ``cores`` cores: ``envs_per_worker``,
+        or when 0 the fewest workers ``W >= min(cores, N)`` that divide ``N``, ``K = N / W``.
+
+        >>> Config(num_envs=64).envs_per_worker_on(2), Config(num_envs=8).envs_per_worker_on(16)
+        (32, 1)
+        """
+        if self.envs_per_worker:
+            return self.envs_per_worker
+        n = self.num_envs
+        return n // next(w for w in range(min(max(1, cores), n), n + 1) if n % w == 0)
+
     def env_workers(self) -> tuple[int, str]:
         """``(count, options)``: the env worker processes of the run and the options that set
         them: ``--actors A x --actor-envs K`` with actors, else ``--num-envs N``."""
@@ -386,6 +403,10 @@ def _check_relations(c: Config) -> None:
     """Values that must fit each other (seeds and envs, screen and torso) and names; DQN's own."""
     if not 0 <= c.seed < 2**32:
         raise ValueError(f"--seed {c.seed} must be in [0, 2**32) (env i is seeded seed + i)")
+    if c.envs_per_worker < 0 or (c.envs_per_worker and c.num_envs % c.envs_per_worker):
+        divisors = [k for k in range(1, c.num_envs + 1) if c.num_envs % k == 0]
+        raise ValueError(f"--envs-per-worker {c.envs_per_worker} must divide --num-envs {c.num_envs}; use 0 (auto) "
+                         f"or one of {divisors}")
     if c.seed + c.num_envs > 2**32:
         raise ValueError(f"--seed {c.seed} + --num-envs {c.num_envs} exceeds 2**32; use a smaller seed")
     if c.screen_size < MIN_SCREEN_SIZE:

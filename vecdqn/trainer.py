@@ -178,7 +178,8 @@ class Trainer(TrainerBase):
         c, core = self.config, self.core
         core.start(c.torch_threads or default_torch_threads(c.num_envs, device_type=core.device.type))
         # Envs first: forked workers then do not inherit the replay's memory or torch's threads.
-        self.envs = envs = WorkerGuard.start(c.env_id, c.num_envs, c.env_options(), c.worker_timeout)
+        self.envs = envs = WorkerGuard.start(c.env_id, c.num_envs, c.env_options(), c.worker_timeout,
+                                             c.envs_per_worker_on(os.cpu_count() or 1))
         try:
             with core.stop:
                 saved = core.set_up(envs.single_observation_space.shape, int(envs.single_action_space.n))

@@ -10,6 +10,7 @@ preset's preprocessing, 44 px, uniformly random actions) and ``pqn`` (the real t
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 
 import numpy as np
@@ -40,21 +41,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def pqn_sps(args: argparse.Namespace) -> float:
     """Agent steps/s of ``train.py --preset pong-pqn`` with ``--pqn-envs`` envs, from its first update."""
-    from vecdqn.cli import parse_args
     from vecdqn.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as log_dir:
-        config = parse_args(["--preset", "pong-pqn", "--num-envs", str(args.pqn_envs), "--total-steps",
-                             str(args.pqn_steps), "--log-dir", log_dir, "--checkpoint-every", "0",
-                             "--no-keep-checkpoints", *args.pqn_options.split()])
-        return Trainer(config, progress=False, handle_signals=False).run()["learning_sps"]
+        return Trainer(_config(args, log_dir), progress=False, handle_signals=False).run()["learning_sps"]
+
+
+def _config(args: argparse.Namespace, log_dir: str):
+    """The `pong-pqn` run's `Config` with ``--pqn-envs`` envs and ``--pqn-options``."""
+    from vecdqn.cli import parse_args
+
+    return parse_args(["--preset", "pong-pqn", "--num-envs", str(args.pqn_envs), "--total-steps", str(args.pqn_steps),
+                       "--log-dir", log_dir, "--checkpoint-every", "0", "--no-keep-checkpoints",
+                       *args.pqn_options.split()])
 
 
 def env_only_sps(args: argparse.Namespace) -> float:
     """Agent steps/s of the same vector env (Pong, 44 px, ``--pqn-envs`` envs) under random actions."""
     from vecdqn.envs import make_vector_env
 
-    envs = make_vector_env(PONG_ID, args.pqn_envs, screen_size=PRESETS["pong-pqn"]["screen_size"])
+    k = _config(args, os.devnull).envs_per_worker_on(os.cpu_count() or 1)  # as the PQN run splits them
+    envs = make_vector_env(PONG_ID, args.pqn_envs, screen_size=PRESETS["pong-pqn"]["screen_size"], envs_per_worker=k)
     try:
         envs.reset(seed=0)
         return env_steps_per_second(envs, args.pqn_envs, args.pqn_steps, np.random.default_rng(1))

@@ -10,6 +10,7 @@ batch 32); each trainer row's note compares it with ``min(env-only, learner-only
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -76,7 +77,10 @@ def _bounds(args: argparse.Namespace, threads: int) -> tuple[dict[str, float], f
     learner = {name: statistics.median(learner_updates_per_second(32, args.device, threads, dueling=d, double=d,
                                                                    seconds=seconds) for _ in range(args.repeats))
                for name, d in (("vecdqn", True), ("vecdqn_plain", False))}
-    envs = make_vector_env(ENV_ID, args.num_envs)
+    from vecdqn.config import Config
+
+    k = Config(num_envs=args.num_envs).envs_per_worker_on(os.cpu_count() or 1)  # as the trainer splits them
+    envs = make_vector_env(ENV_ID, args.num_envs, envs_per_worker=k)
     try:
         envs.reset(seed=0)
         rng = np.random.default_rng(1)

@@ -1,6 +1,11 @@
-"""``make_vector_env``: N preprocessed envs, each in its own process, and `WorkerGuard`.
+"""``make_vector_env``: N preprocessed envs (games) in worker processes, and `WorkerGuard`.
 
-Shape legend: ``N`` envs, ``S`` stacked frames (4), ``84`` the screen size.
+Shape legend: ``N`` envs, ``K`` envs per worker process, ``S`` stacked frames (4), ``84`` the
+screen size.
+
+With ``envs_per_worker=1`` each env has a process of its own (gymnasium's own worker); with K > 1
+each of N / K worker processes steps K envs (`vecdqn.envs.batched`), with the same results per
+env, bit for bit.
 
 ``AsyncVectorEnv`` with shared memory and ``AutoresetMode.SAME_STEP``: on a step where env ``i``
 ends (termination, life loss included, or truncation), the returned ``obs[i]`` is already the
@@ -22,6 +27,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
+from vecdqn.envs.batched import BatchedVectorEnv, worker_splits
 from vecdqn.envs.make import check_env_options, make_env
 from vecdqn.envs.options import EnvOptions
 from vecdqn.values import check_int
@@ -87,14 +93,21 @@ def _make_worker_env(env_id: str, options: EnvOptions) -> gym.Env:
     return _KeepTraceback(make_env(env_id, options))
 
 
+def _make_game(env_id: str, options: EnvOptions) -> gym.Env:
+    """One game of a batched worker (`vecdqn.envs.batched`): as `_make_worker_env`, without the
+    traceback wrapper (the batched worker attaches the traceback and the game itself)."""
+    return _make_worker_env(env_id, options).env
+
+
 def make_vector_env(
     env_id: str,
     num_envs: int,
     *,
     context: str | None = None,
     options: EnvOptions | None = None,
+    envs_per_worker: int = 1,
     **wrapper_options: Any,
-) -> AsyncVectorEnv:
+) -> AsyncVectorEnv | BatchedVectorEnv:
     """``num_envs`` copies of ``make_env(env_id, options)`` in worker processes.
 
     Observations ``(N, S, 84, 84) uint8`` in shared memory; actions ``(N,) int64``; rewards
@@ -103,21 +116,32 @@ def make_vector_env(
 
     Args:
         env_id: a registered id, e.g. ``"ALE/Breakout-v5"`` or ``"vecdqn/Catch-v0"``.
-        num_envs: number of envs (worker processes), at least 1.
+        num_envs: number of envs (games), at least 1.
         context: multiprocessing start method (``"fork"``, ``"spawn"``, ``"forkserver"``);
             None: the platform default.
         options: the env options (`vecdqn.envs.EnvOptions`), or give them as keywords
             (``**wrapper_options``, the same names), not both.
+        envs_per_worker: K, envs stepped by each worker process, a divisor of ``num_envs``.
+            1: gymnasium's `AsyncVectorEnv` with a process per env, its infos whole. K > 1: a
+            `vecdqn.envs.batched.BatchedVectorEnv` of N / K processes, whose step infos hold
+            only ``episode``, ``final_obs`` and ``final_info`` (the same observations, rewards,
+            flags, final observations and episode statistics as K = 1).
 
     Raises:
-        ValueError: ``num_envs < 1``, an unknown start method, env id or option, or an invalid
-            option value; all checked before any worker process starts.
+        ValueError: ``num_envs < 1``, ``envs_per_worker`` not a divisor of it, an unknown start
+            method, env id or option, or an invalid option value; all checked before any worker
+            process starts.
     """
     check_int(f"num_envs={num_envs!r}", num_envs, 1, "use at least 1 env")
+    check_int(f"envs_per_worker={envs_per_worker!r}", envs_per_worker, 1, f"use a divisor of num_envs={num_envs}: "
+              f"{worker_splits(num_envs)}")
     methods = multiprocessing.get_all_start_methods()
     if context is not None and context not in methods:
         raise ValueError(f"context={context!r} is not a start method here; use one of {methods}")
     options = check_env_options(env_id, options, **wrapper_options)
+    if envs_per_worker > 1:
+        make_game = functools.partial(_make_game, env_id, options)
+        return BatchedVectorEnv(make_game, num_envs, envs_per_worker, context=context)
     thunk = functools.partial(_make_worker_env, env_id, options)
     return AsyncVectorEnv(
         [thunk] * num_envs,
@@ -151,13 +175,15 @@ class WorkerGuard:
         warnings.filterwarnings("ignore", message=GYMNASIUM_ECHO, category=UserWarning)
 
     @classmethod
-    def start(cls, env_id: str, num_envs: int, options: EnvOptions, timeout: float) -> WorkerGuard:
-        """Start the workers ignoring SIGINT/SIGTERM (the disposition is inherited): a Ctrl-C
-        reaches the whole process group, and the main process, not each worker, decides how to
-        stop."""
+    def start(cls, env_id: str, num_envs: int, options: EnvOptions, timeout: float,
+              envs_per_worker: int = 1) -> WorkerGuard:
+        """Start the workers (`make_vector_env`, ``envs_per_worker`` envs each) ignoring
+        SIGINT/SIGTERM (the disposition is inherited): a Ctrl-C reaches the whole process group,
+        and the main process, not each worker, decides how to stop."""
         old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
-            return cls(make_vector_env(env_id, num_envs, options=options), timeout, env_id)
+            envs = make_vector_env(env_id, num_envs, options=options, envs_per_worker=envs_per_worker)
+            return cls(envs, timeout, env_id)
         finally:
             for s, handler in old.items():
                 signal.signal(s, handler)
@@ -174,15 +200,30 @@ class WorkerGuard:
     def closed(self) -> bool:
         return self.envs.closed
 
-    def failed_workers(self) -> str:
-        """Name the failed env workers and the env id: gymnasium drops the pipe of a worker that
-        raised; a killed worker shows as a dead process."""
+    def failed_workers(self, game: int | None = None) -> str:
+        """Name the failed env workers, their envs and the env id: gymnasium drops the pipe of a
+        worker that raised; a killed worker shows as a dead process. ``game``: the env that
+        raised, when the worker said which."""
         failed = {i for i, pipe in enumerate(self.envs.parent_pipes) if pipe is None}
         failed |= {i for i, p in enumerate(self.envs.processes) if not p.is_alive()}
-        return self._named("env " + ", ".join(map(str, sorted(failed))) if failed else "an env worker")
+        return self._named(sorted(failed), game)
 
-    def _named(self, which: str) -> str:
-        return f"{which} ({self.env_id})" if self.env_id else which
+    def _named(self, workers: list[int], game: int | None = None) -> str:
+        """With a process per env ``"env 3 (ALE/Pong-v5)"``; with K envs per worker the env that
+        failed and its worker, ``"env 5 (worker 1 of envs 4-7, ALE/Pong-v5)"``, or where no env
+        said so, the worker's envs, ``"envs 4-7 (worker 1, ALE/Pong-v5)"``."""
+        k = getattr(self.envs, "envs_per_worker", 1)
+        named = [self.env_id] if self.env_id else []
+        if k == 1 or not workers:
+            envs = workers or ([] if game is None else [game])
+            which = "env " + ", ".join(map(str, envs)) if envs else "an env worker"
+        elif game is not None:
+            which = f"env {game}"
+            named.insert(0, ", ".join(f"worker {w} of envs {w * k}-{(w + 1) * k - 1}" for w in workers))
+        else:
+            which = "envs " + ", ".join(f"{w * k}-{(w + 1) * k - 1}" for w in workers)
+            named.insert(0, ("workers " if len(workers) > 1 else "worker ") + ", ".join(map(str, workers)))
+        return f"{which} ({', '.join(named)})" if named else which
 
     def _failure(self, step: int, err: BaseException, doing: str = "") -> WorkerError:
         """One line naming the env(s) and the exception; the worker's traceback as ``details``.
@@ -192,7 +233,8 @@ class WorkerGuard:
         message = str(err).strip()
         message = message.splitlines()[0] if message else ""
         trace = getattr(original, "worker_traceback", "")
-        return WorkerError(f"{self.failed_workers()} failed at agent step {step}{doing}: {type(err).__name__}: "
+        which = self.failed_workers(getattr(original, "game", None))
+        return WorkerError(f"{which} failed at agent step {step}{doing}: {type(err).__name__}: "
                            f"{message}", f"In the env worker's process:\n{trace}" if trace else "")
 
     def reset(self, seed: int, step: int) -> tuple[np.ndarray, dict[str, Any]]:
@@ -216,7 +258,7 @@ class WorkerGuard:
         except multiprocessing.TimeoutError:
             # The workers that have not answered are those whose pipe holds no reply.
             hung = [i for i, pipe in enumerate(self.envs.parent_pipes) if pipe is not None and not pipe.poll(0)]
-            which = self._named("env " + ", ".join(map(str, hung)) if hung else "an env worker")
+            which = self._named(hung)
             raise WorkerError(f"{which} did not answer within --worker-timeout {self.timeout} s "
                               f"at agent step {step}") from None
         except Exception as err:  # the worker's own exception, re-raised by gymnasium, or a dead pipe
