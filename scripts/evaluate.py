@@ -187,7 +187,8 @@ def parse_steps(text: str) -> tuple[int, int | None, int]:
         UsageError: not one to three colon-separated whole numbers, FIRST after LAST, or EVERY < 1.
     """
     parts = text.split(":")
-    if len(parts) > 3 or not all(p.strip().isdigit() for p in parts if p.strip()):
+    # ASCII digits only: str.isdigit also takes '²', which int() refuses.
+    if len(parts) > 3 or not all(p.strip().isascii() and p.strip().isdigit() for p in parts if p.strip()):
         raise UsageError(f"--steps {text!r} is not FIRST:LAST:EVERY (whole agent step counts, each optional), "
                          "e.g. 4000000::200000")
     first, last, every = [int(p) if p.strip() else None for p in parts + [""] * (3 - len(parts))]

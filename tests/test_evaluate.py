@@ -308,7 +308,7 @@ def test_video_into_a_folder_that_takes_no_files_is_one_line_naming_it(tmp_path,
 def test_kept_checkpoints_are_the_step_files_in_step_order(tmp_path):
     folder = tmp_path / "run" / "checkpoints"
     folder.mkdir(parents=True)
-    for name in ("step_000001000.pt", "step_000000200.pt", "latest.pt", "step_best.pt", "final.pt"):
+    for name in ("step_000001000.pt", "step_000000200.pt", "latest.pt", "step_best.pt", "final.pt", "step_\u00b2.pt"):
         (folder / name).write_bytes(b"")
     assert checkpoint.kept_checkpoints(tmp_path / "run") == [
         (200, folder / "step_000000200.pt"), (1000, folder / "step_000001000.pt")]
@@ -390,6 +390,7 @@ def test_steps_selects_among_the_kept_checkpoints(evaluated_catch_run, tmp_path,
     (["--every-checkpoint", "--steps", "4e5:"], "not FIRST:LAST:EVERY"),
     (["--every-checkpoint", "--steps", "1:2:3:4"], "not FIRST:LAST:EVERY"),
     (["--every-checkpoint", "--steps=-200:"], "not FIRST:LAST:EVERY"),
+    (["--every-checkpoint", "--steps", "\u00b2:"], "--steps '\u00b2:' is not FIRST:LAST:EVERY"),
     (["--every-checkpoint", "--steps", "600:200"], "LAST 200 is before FIRST 600"),
     (["--every-checkpoint", "--steps", "::0"], "EVERY must be at least 1"),
     (["--every-checkpoint", "--steps", "700:"], "selects none of the 3 kept checkpoints"),

@@ -21,7 +21,7 @@ def test_select_device():
             select_device("cuda")
 
 
-@pytest.mark.parametrize("name", ["tpu", "cuda:abc", "cpu:1", "meta", "cuda:", ""])
+@pytest.mark.parametrize("name", ["tpu", "cuda:abc", "cpu:1", "meta", "cuda:", "", "cuda:\u00b2"])
 @pytest.mark.parametrize("option", ["--device", "--replay-device"])
 def test_a_bad_device_name_is_named_with_the_allowed_ones(name, option):
     with pytest.raises(ValueError) as err:

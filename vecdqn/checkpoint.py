@@ -228,7 +228,7 @@ def kept_checkpoints(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
     kept = []
     for path in (run_dir / "checkpoints").glob("step_*.pt"):
         digits = path.stem.removeprefix("step_")
-        if digits.isdigit():
+        if digits.isascii() and digits.isdigit():  # int() refuses "²"
             kept.append((int(digits), path))
     return sorted(kept)
 

@@ -309,9 +309,11 @@ def split_address(address: str) -> tuple[str, int | None]:
 
     >>> split_address("ray://head:10001"), split_address("[::1]:6379"), split_address("head")
     (('head', 10001), ('::1', 6379), ('head', None))
+    >>> split_address("head:²")
+    ('head:²', None)
     """
     scheme, _, rest = address.rpartition("://")
     host, colon, port = rest.rpartition(":")
-    if not colon or not port.isdigit():
+    if not colon or not (port.isascii() and port.isdigit()):  # int() refuses "²"
         return (rest, 10001) if scheme == "ray" and rest and ":" not in rest else (rest, None)
     return host.strip("[]"), int(port)

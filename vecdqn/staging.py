@@ -39,7 +39,7 @@ def select_device(name: str = "auto", option: str = "--device") -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     kind, colon, index = name.partition(":")
-    if kind not in ("cpu", "cuda", "mps") or (colon and not (kind == "cuda" and index.isdigit())):
+    if kind not in ("cpu", "cuda", "mps") or (colon and not (kind == "cuda" and index.isascii() and index.isdigit())):
         raise ValueError(f"{option} {name!r} is not one of {DEVICE_NAMES}")
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
