@@ -28,6 +28,7 @@ it the worker (``worker=``) and the K games as one env of each worker (`GameBatc
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -176,6 +177,8 @@ def _batched_worker(index: int, env_fn: Callable[[], GameBatch], pipe: Any, pare
     """
     assert autoreset_mode == AutoresetMode.SAME_STEP, autoreset_mode
     parent_pipe.close()
+    if hasattr(os, "SCHED_BATCH"):
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     batch: GameBatch | None = None
     try:
         batch = env_fn()
