@@ -372,3 +372,30 @@ def test_resume_accepts_the_runs_own_layer_norm_and_refuses_the_other(tmp_path, 
     with pytest.raises(ConfigError, match=f"^--layer-norm {not default} differs from the run's {default}; "
                                           "--layer-norm cannot change on --resume"):
         resume(run, {"layer_norm": not default, "total_steps": 600})
+
+
+def test_a_new_run_checks_its_options_once(tmp_path, monkeypatch, capsys):
+    """train.py checks that every option given applies, and validates the values, once each
+    before the run starts (the run is stopped at its start here)."""
+    calls = Counter()
+    validate, options_apply = Config.validate, cli.check_options_apply
+
+    def counted_validate(self):
+        calls["validate"] += 1
+        return validate(self)
+
+    def counted_options_apply(given, config):
+        calls["check_options_apply"] += 1
+        return options_apply(given, config)
+
+    def stopped(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Config, "validate", counted_validate)
+    monkeypatch.setattr(cli, "check_options_apply", counted_options_apply)
+    monkeypatch.setattr(Trainer, "run", stopped)
+    assert cli.main(["--preset", "catch", "--num-envs", "2", "--log-dir", str(tmp_path), "--run-name", "run"]) == 130
+    assert calls == {"validate": 1, "check_options_apply": 1}
+    # A bad value is still refused in one line, by the preflight.
+    assert cli.main(["--preset", "catch", "--batch-size", "0", "--log-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.endswith("train.py: error: --batch-size 0 must be a positive integer (>= 1)\n")

@@ -227,18 +227,19 @@ def preset_algo(preset: str) -> str:
     return PRESETS[preset].get("algo", Config.__dataclass_fields__["algo"].default)
 
 
-def parse_config(argv: list[str] | None = None) -> tuple[Config, set[str]]:
+def parse_config(argv: list[str] | None = None, *, validate: bool = True) -> tuple[Config, set[str]]:
     """Parse ``scripts/train.py``'s command line: ``(config, the names of the options given)``.
 
     A ``--preset`` replaces the defaults it names before the other options are applied. With
     ``--resume`` the config is not validated here: the saved configuration, updated with the
-    options given, is checked when the run is loaded.
+    options given, is checked when the run is loaded. ``validate=False`` leaves `Config.validate`
+    to the caller (train.py's run checks it once, in `vecdqn.preflight.preflight`).
 
     Raises:
         UsageError: a malformed option, both forms of one schedule, an unknown preset, a
             ``--preset`` with ``--resume`` or with an ``--algo`` other than its own, or (without
-            ``--resume``) an option the run would not use (`check_given_options`) or a value
-            `Config.validate` refuses.
+            ``--resume``) an option the run would not use (`check_options_apply`) or (with
+            ``validate``) a value `Config.validate` refuses.
     """
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
@@ -268,10 +269,11 @@ def parse_config(argv: list[str] | None = None) -> tuple[Config, set[str]]:
     config = Config(**values)
     if not config.resume:
         check_options_apply(given, config)
-        try:
-            config.validate()
-        except ValueError as err:
-            raise UsageError(str(err)) from None
+        if validate:
+            try:
+                config.validate()
+            except ValueError as err:
+                raise UsageError(str(err)) from None
     return config, given
 
 
@@ -331,14 +333,13 @@ def _train(argv: list[str] | None) -> int:
     from vecdqn.envs import WorkerError
     from vecdqn.run_dir import write_error_log
 
-    config, given = parse_config(argv)
+    config, given = parse_config(argv, validate=False)  # the trainer's preflight validates it
     if config.resume:
         from vecdqn.resume import resume
 
         resumed = resume(config.resume, {k: getattr(config, k) for k in given - {"resume"}})
         trainer = trainer_class(resumed.config.actors)(resumed.config, resume=resumed)
     else:
-        check_options_apply(given, config)
         trainer = trainer_class(config.actors)(config)
     try:
         summary = trainer.run()
