@@ -1,6 +1,6 @@
 """MaxAndSkip's direct path to the emulator: the one place that relies on ALE and gymnasium internals.
 
-`vecdqn.wrappers.MaxAndSkip` plays its ``skip`` frames straight on the ALE (one ``ale.act`` and
+`vecdqn.envs.wrappers.MaxAndSkip` plays its ``skip`` frames straight on the ALE (one ``ale.act`` and
 one ``getScreenGrayscale`` per frame) when every layer between it and the ALE env only passes
 steps through, as in `vecdqn.envs.make_env`'s chain; this skips four Python layers per frame.
 It then does what those layers would have done. That needs these internals, none of them
@@ -67,7 +67,7 @@ def direct_ale(env: gym.Env, pass_through: tuple[type, ...] = ()) -> DirectAle |
     down to a one-frame, grayscale, discrete-action ALE env; else None.
 
     ``pass_through``: the caller's own wrapper types whose ``step`` calls the layer below
-    unchanged (`vecdqn.wrappers.NoopReset`).
+    unchanged (`vecdqn.envs.wrappers.NoopReset`).
     """
     stats = None
     layer = env

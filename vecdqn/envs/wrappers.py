@@ -146,7 +146,7 @@ class MaxAndSkip(gym.Wrapper):
     after construction, and every step of any other chain (e.g. evaluation's frame recorder),
     goes through ``self.env.step``; ``direct=False`` forces that. `direct_path` says which one is
     in use. The ALE and gymnasium internals this relies on are listed, and checked, in
-    `vecdqn.ale_direct`.
+    `vecdqn.envs.ale_direct`.
 
     Every frame's screen is fetched, not only the two pooled ones: any frame can be the one
     before a game over, whose max needs it, and the ALE cannot render a past frame (a state
