@@ -115,6 +115,11 @@ def test_an_option_given_twice_is_refused():
     (["--space", "n_step=1:3", "--", "--preset", "catch-pqn", "--eval-every", "500"],
      "--n-step only applies with --algo dqn"),
     (["--space", "q_lambda=0.3:0.9"], "--q-lambda only applies with --algo pqn"),
+    # Each value inside a small integer range, not only its ends: 3, 5, 6 and 7 do not divide 128.
+    (["--space", "minibatches=1:8", "--", "--preset", "catch-pqn", "--eval-every", "500"],
+     "--space minibatches=1:8: 4 of its values do not work with the fixed options (3: --minibatches 3 does not "
+     "divide a rollout of --rollout-steps 16 x --num-envs 8 = 128 transitions; use a divisor of 128); give the "
+     "values that do as choices: minibatches=1,2,4,8"),
     # W&B refuses these project names; every trial would fail at its start.
     (["--space", "n_step=1:3", "--n-trials", "1", "--", *TRAIN, "--track", "--wandb-project", "myteam/catch"],
      "--wandb-project myteam/catch: a W&B project name may not contain any of / \\ # ? % : (found /); for "

@@ -84,11 +84,13 @@ class TrainCommand:
 
     def check_space(self, dims: list[Dimension]) -> None:
         """Every end (or choice) of every dimension, each alone and the low and high ends all
-        together, as ``train.py`` would take them with the fixed options.
+        together, as ``train.py`` would take them with the fixed options; and each value inside
+        an integer range of at most `vecdqn.tuning.space.MAX_CHECKED_VALUES` values, alone.
 
         Raises:
-            CommandError: naming the dimension, the value and ``train.py``'s reason; or a
-                dimension that a fixed option also sets.
+            CommandError: naming the dimension, the value and ``train.py``'s reason (for values
+                inside a range: how many fail, the first one's reason and the values that work,
+                to give as choices); or a dimension that a fixed option also sets.
         """
         given = explicit_options(build_parser(), self.options)
         for dim in dims:
@@ -102,6 +104,7 @@ class TrainCommand:
                 except CommandError as err:
                     raise CommandError(f"--space {dim.spec}: its {what} does not work with the fixed options: "
                                        f"{err}") from None
+            self._check_inside(dim)
         for end in ("low", "high"):
             ranges = [d for d in dims if d.kind != "choice"]
             if len(ranges) > 1:
@@ -111,6 +114,23 @@ class TrainCommand:
                 except CommandError as err:
                     shown = " ".join(d.spec for d in ranges)
                     raise CommandError(f"--space {shown}: their {end} ends together do not work: {err}") from None
+
+    def _check_inside(self, dim: Dimension) -> None:
+        """Each value inside ``dim``'s integer range (`Dimension.inner_values`), alone with the
+        fixed options; see `check_space`."""
+        failed: dict[int, CommandError] = {}
+        for value in dim.inner_values:
+            try:
+                _parse(self.options + option_flags(dim.name, value))
+            except CommandError as err:
+                failed[value] = err
+        if not failed:
+            return
+        first = min(failed)
+        works = [v for v in range(int(dim.low), int(dim.high) + 1) if v not in failed]
+        shown = ",".join(map(str, works[:20])) + (",..." if len(works) > 20 else "")
+        raise CommandError(f"--space {dim.spec}: {len(failed)} of its values do not work with the fixed options "
+                           f"({first}: {failed[first]}); give the values that do as choices: {dim.name}={shown}")
 
     def argv(self, params: dict[str, Any], **tuner: Any) -> list[str]:
         """The fixed options, then each parameter, then ``tuner``'s options (``log_dir``,
