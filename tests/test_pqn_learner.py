@@ -1,6 +1,7 @@
 """PQN behind the training core (``--algo pqn``): the rollout's targets, the options it refuses,
 exact resume, the run folder and evaluation of its checkpoints."""
 
+import dataclasses
 import importlib.util
 import signal
 import subprocess
@@ -17,7 +18,7 @@ from helpers import TRAIN_ENV, TRAIN_SCRIPT, RaisingCatch, catch_config, forward
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from vecdqn import checkpoint, cli
-from vecdqn.core import NonFiniteError
+from vecdqn.core import Interrupted, NonFiniteError
 from vecdqn.envs import WorkerError
 from vecdqn.pqn import PQNLearner
 from vecdqn.pqn.agent import PQNAgent
@@ -127,6 +128,36 @@ def test_a_resumed_pqn_run_continues_bit_for_bit(tmp_path):
     assert straight.core.state.episode_history == resumed.core.state.episode_history
 
 
+@pytest.mark.parametrize(("algo", "overlap"), [("dqn", False), ("pqn", False), ("pqn", True)])
+def test_a_resumed_run_logs_the_losses_and_scalars_of_an_uninterrupted_one(tmp_path, algo, overlap):
+    """Stopped at agent step 408 (a checkpoint with the envs, the replay with DQN) and resumed: the
+    log at 416 holds the losses of the updates since the log at 312, all before the stop, and PQN's
+    scalars of the rollout learned at 384; every later log matches the uninterrupted run too."""
+    values = {"log_every": 104, "total_steps": 640}
+    if algo == "pqn":
+        config = pqn_config(tmp_path / "a", run_name="run", overlap_update=overlap, **values)
+    else:
+        config = catch_config(tmp_path / "a", run_name="run", num_envs=4, save_replay=True, **values)
+    Trainer(config, progress=False, handle_signals=False).run()
+
+    def stop_at_408(trainer):
+        if trainer.core.state.step >= 408:
+            trainer.core.stop.signum = signal.SIGINT
+
+    stopped = dataclasses.replace(config, log_dir=str(tmp_path / "b"))
+    with pytest.raises(Interrupted):
+        Trainer(stopped, progress=False, handle_signals=False, on_step=stop_at_408).run()
+    Trainer.from_checkpoint(tmp_path / "b" / "run", progress=False, handle_signals=False).run()
+    tags = ["losses/td_loss", "losses/q_values"] + (["pqn/lambda_return_mean"] if algo == "pqn" else [])
+    logged = []
+    for run in (tmp_path / "a" / "run", tmp_path / "b" / "run"):
+        acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
+        acc.Reload()
+        logged.append({tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in tags})
+    assert all(416 in [step for step, _ in points] for points in logged[0].values())
+    assert logged[1] == logged[0]
+
+
 def test_a_pqn_run_logs_its_own_tags_and_its_checkpoint_evaluates(tmp_path, capsys):
     config = pqn_config(tmp_path, run_name="run", log_every=160, eval_every=320, eval_episodes=2)
     summary = Trainer(config, progress=False, handle_signals=False).run()
@@ -197,10 +228,10 @@ def test_each_rollouts_update_runs_at_its_own_learning_rate(tmp_path, monkeypatc
         rates.append(self.learning_rate)
         return update(self, *args, **kwargs)
 
-    def signalled_finish(self):
+    def signalled_finish(self, *args, **kwargs):
         if self._pending is not None:
             finishing.set()
-        finish(self)
+        finish(self, *args, **kwargs)
 
     monkeypatch.setattr(PQNAgent, "update", late_update)
     monkeypatch.setattr(vecdqn.pqn.learner.PQNLearner, "_finish", signalled_finish)

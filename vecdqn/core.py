@@ -337,7 +337,7 @@ class TrainingCore:
                 f"{self.state.step}, update {self.state.updates}; a too high --learning-rate is the usual "
                 "cause: lower it and resume from the last checkpoint"
             )
-        self._logger.losses(metrics)
+        self.state.add_losses(metrics)
 
     def games(self, games: Iterable[tuple[int, float, float]]) -> None:
         """Record whole games ``(agent step, raw return, length)`` (length in the env family's
@@ -429,8 +429,7 @@ class TrainingCore:
         c, s = self.config, self.state
         if s.step >= s.next_log or s.step >= c.total_steps:
             s.next_log += c.log_every
-            self._logger.scalars(s.step, {**self.learner.scalars(s.step), **collector.scalars()})
-            self._logger.flush_losses(s.step)
+            self._logger.scalars(s.step, {**self.learner.scalars(s.step), **collector.scalars(), **s.take_losses()})
             self._logger.sps(s.step)
         self._logger.progress(s.step, s.mean_return, s.episodes)
 
@@ -461,10 +460,11 @@ class TrainingCore:
         """
         envs = collector.snapshot() if collector is not None else None
         learner = self.learner
+        agent = learner.state_dict()  # first: it may report an update in flight into the state
         return checkpoint.save_training(
             self.run_dir / "checkpoints" / name,
             config=self.config.to_dict(), train_state=dataclasses.asdict(self.state),
-            agent=learner.state_dict(), n_actions=learner.n_actions, obs_shape=learner.obs_shape,
+            agent=agent, n_actions=learner.n_actions, obs_shape=learner.obs_shape,
             envs=envs, replay=learner.replay() if self.config.save_replay and collector is not None else None,
         )
 

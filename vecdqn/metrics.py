@@ -15,7 +15,6 @@ created.
 
 from __future__ import annotations
 
-import collections
 import fcntl
 import json
 import math
@@ -70,8 +69,6 @@ class MetricsLogger:
         self.writer = SummaryWriter(run_dir, purge_step=initial_step + 1 if initial_step else None)
         if initial_step == 0:
             self._write_config(config)
-        self._loss_sums: dict[str, float] = collections.defaultdict(float)
-        self._loss_count = 0
         self._total_steps = total_steps
         self._show = progress
         self._last_time = time.perf_counter()
@@ -105,19 +102,6 @@ class MetricsLogger:
         """Write one finished game at its own agent step: raw return and length in emulator
         frames (``charts/episodic_return``, ``charts/episodic_length``)."""
         self._write(step, {"charts/episodic_return": episodic_return, "charts/episodic_length": length})
-
-    def losses(self, metrics: Mapping[str, float]) -> None:
-        """Add one update's ``td_loss`` and ``q_values`` to the means `flush_losses` writes."""
-        self._loss_sums["losses/td_loss"] += metrics["td_loss"]
-        self._loss_sums["losses/q_values"] += metrics["q_values"]
-        self._loss_count += 1
-
-    def flush_losses(self, step: int) -> None:
-        """Write the mean loss and Q-value of the updates since the last call (if any)."""
-        if self._loss_count:
-            self.scalars(step, {tag: total / self._loss_count for tag, total in self._loss_sums.items()})
-        self._loss_sums.clear()
-        self._loss_count = 0
 
     def scalars(self, step: int, values: Mapping[str, float]) -> None:
         """Write ``{tag: value}`` at agent step ``step``.

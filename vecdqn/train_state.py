@@ -71,6 +71,9 @@ class TrainState:
     next_checkpoint: float = math.inf
     episodes: int = 0
     episode_history: list[tuple[float, float]] = field(default_factory=list)  # last 100 (return, length)
+    # The updates' losses/* since the last log, summed, and how many: a resume logs the same means.
+    loss_sums: dict[str, float] = field(default_factory=dict)
+    loss_count: int = 0
 
     @classmethod
     def new(cls, c: Config) -> TrainState:
@@ -86,6 +89,25 @@ class TrainState:
         self.episodes += 1
         self.episode_history.append((float(episodic_return), float(length)))
         del self.episode_history[:-GAME_HISTORY]
+
+    def add_losses(self, metrics: dict[str, float]) -> None:
+        """Count one update's ``td_loss`` and ``q_values`` towards the next `take_losses`."""
+        for name in ("td_loss", "q_values"):
+            self.loss_sums[f"losses/{name}"] = self.loss_sums.get(f"losses/{name}", 0.0) + metrics[name]
+        self.loss_count += 1
+
+    def take_losses(self) -> dict[str, float]:
+        """``{"losses/td_loss", "losses/q_values"}``: the means over the updates since the last
+        call (``{}`` when there was none), and a fresh start.
+
+        >>> s = TrainState()
+        >>> s.add_losses({"td_loss": 1.0, "q_values": 2.0}); s.add_losses({"td_loss": 3.0, "q_values": 0.0})
+        >>> s.take_losses(), s.take_losses()
+        ({'losses/td_loss': 2.0, 'losses/q_values': 1.0}, {})
+        """
+        means = {tag: total / self.loss_count for tag, total in self.loss_sums.items()} if self.loss_count else {}
+        self.loss_sums, self.loss_count = {}, 0
+        return means
 
     @property
     def mean_return(self) -> float:

@@ -35,6 +35,7 @@ any agent step.
 from __future__ import annotations
 
 import copy
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -92,8 +93,10 @@ class PQNLearner:
         self._executor: ThreadPoolExecutor | None = None
         self._pending: tuple[Future, float, float] | None = None
         self._stop = threading.Event()  # set by `close`: the update in flight ends before its next step
+        # A finished update's metrics, returns' mean and seconds until `learn` delivers them (`_finish`).
+        self._held: dict[str, Any] | None = None
         # Where a finished update's metrics go (the core's check for non-finite values, then its
-        # log): set by `learn`, called by `_finish` wherever the update in flight is waited for.
+        # log): set by `learn`, called by `_finish`.
         self._report: Callable[[dict[str, float]], None] | None = None
         if c.overlap_update:
             self.acting = copy.deepcopy(self.agent.online).requires_grad_(False)
@@ -103,7 +106,7 @@ class PQNLearner:
     @property
     def network(self) -> torch.nn.Module:
         """The Q-network, its update in flight done: ``(B, S, H, W) uint8 -> (B, A) float32``."""
-        self._finish()
+        self._finish(deliver=False)
         return self.agent.online
 
     @property
@@ -115,8 +118,11 @@ class PQNLearner:
         return self.agent.obs_shape
 
     def restore(self, saved: dict[str, Any], replay: Any) -> None:
-        """Load a checkpoint's `state_dict` (network, RAdam, generators, the rollout so far)."""
+        """Load a checkpoint's `state_dict` (network, RAdam, generators, the rollout so far, the last
+        learned rollout's scalars)."""
         self.agent.load_state_dict(saved)
+        self._scalars = dict(saved.get("scalars", {}))
+        self._held = saved.get("held")
         if self.acting is not None:
             self.acting.load_state_dict(saved.get("acting", saved["online"]))
         self.shuffle.bit_generator.state = saved["shuffle"]
@@ -241,17 +247,24 @@ class PQNLearner:
             self._scalars["pqn/rollout_sps"] = rollout_sps
             self._collect_start = done
 
-    def _finish(self) -> None:
-        """Wait for the update in flight (if any) and report its metrics, whoever waits: the next
-        `learn`, an evaluation (`network`) or a checkpoint (`state_dict`). A non-finite update thus
-        stops the run before its weights are evaluated, saved or synced to the acting copy."""
-        if self._pending is None:
-            return
-        future, return_mean, started = self._pending
-        self._pending = None
-        metrics = future.result()
-        self._note(return_mean, started)
-        self._report(metrics)
+    def _finish(self, deliver: bool = True) -> None:
+        """Wait for the update in flight (if any), whoever waits: the next `learn`, an evaluation
+        (`network`) or a checkpoint (`state_dict`). Its metrics (to ``report``) and scalars are
+        delivered by `learn` alone (``deliver``), so the logs are the same wherever evaluations,
+        checkpoints or a resume fall; until then they are held, and a checkpoint keeps them. A
+        non-finite update is reported at once, whoever waits: it stops the run before its weights
+        are evaluated, saved or synced to the acting copy."""
+        if self._pending is not None:
+            future, return_mean, started = self._pending
+            self._pending = None
+            metrics = future.result()
+            self._held = {"metrics": metrics, "return_mean": return_mean, "seconds": time.perf_counter() - started}
+            deliver = deliver or not all(math.isfinite(value) for value in metrics.values())
+        if deliver and self._held is not None:
+            held, self._held = self._held, None
+            self._scalars.update({"pqn/lambda_return_mean": held["return_mean"],
+                                  "pqn/update_seconds": held["seconds"]})
+            self._report(held["metrics"])
 
     def scalars(self, step: int) -> dict[str, float]:
         """``charts/learning_rate`` and, once a rollout was learned from, the last one's
@@ -262,12 +275,15 @@ class PQNLearner:
     # -- checkpoints --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The agent's state (``online``, ``optimizer``, ``rng``: network, RAdam, ε generator; its
-        update in flight done first), the acting copy (``overlap_update``), the shuffle generator
-        and the rollout so far (as tensors)."""
-        self._finish()
+        update in flight done first), the acting copy (``overlap_update``), the shuffle generator,
+        the rollout so far (as tensors) and the last learned rollout's `scalars` (a resumed run
+        logs them as an uninterrupted one would), with the metrics of an update done but not yet
+        delivered (``overlap_update``; see `_finish`)."""
+        self._finish(deliver=False)
         acting = {} if self.acting is None else {"acting": self.acting.state_dict()}
         return {**self.agent.state_dict(), **acting, "shuffle": self.shuffle.bit_generator.state, "t": self.t,
-                "rollout": {name: torch.from_numpy(array.copy()) for name, array in self.rollout.items()}}
+                "rollout": {name: torch.from_numpy(array.copy()) for name, array in self.rollout.items()},
+                "scalars": dict(self._scalars), "held": self._held}
 
     def replay(self) -> None:
         """None: PQN keeps no replay."""
