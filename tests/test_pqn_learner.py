@@ -3,10 +3,12 @@ exact resume, the run folder and evaluation of its checkpoints."""
 
 import dataclasses
 import importlib.util
+import io
 import signal
 import subprocess
 import sys
 import threading
+import tracemalloc
 from pathlib import Path
 
 import gymnasium as gym
@@ -17,7 +19,7 @@ import torch
 from helpers import TRAIN_ENV, TRAIN_SCRIPT, RaisingCatch, catch_config, forward_view_lambda_returns, signal_training
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from vecdqn import checkpoint, cli
+from vecdqn import checkpoint, cli, preflight
 from vecdqn.core import Interrupted, NonFiniteError
 from vecdqn.envs import WorkerError
 from vecdqn.pqn import PQNLearner
@@ -156,6 +158,30 @@ def test_a_resumed_run_logs_the_losses_and_scalars_of_an_uninterrupted_one(tmp_p
         logged.append({tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in tags})
     assert all(416 in [step for step, _ in points] for points in logged[0].values())
     assert logged[1] == logged[0]
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_the_preflight_counts_pqn_s_rollouts_and_its_checkpoint(tmp_path, overlap):
+    """The memory check counts every rollout the learner allocates (two with --overlap-update: one
+    learned from, one filling), and the disk check's checkpoint the rollout it carries."""
+    config = pqn_config(tmp_path, run_name="run", rollout_steps=64, total_steps=320, overlap_update=overlap)
+    tracemalloc.start()  # NumPy reports its arrays' buffers to it, in a domain of their own
+    try:
+        learner = PQNLearner(config, torch.device("cpu"), SHAPE, 3)
+        arrays = tracemalloc.take_snapshot().filter_traces([tracemalloc.DomainFilter(True, np.lib.tracemalloc_domain)])
+    finally:
+        tracemalloc.stop()
+    allocated = sum(stat.size for stat in arrays.statistics("filename"))
+    assert allocated > 1.9e6 * (2 if overlap else 1)  # 64 x 4 stacks of 4 x 44 x 44 bytes: ~1.9 MB a rollout
+    assert allocated <= preflight.replay_bytes(config) < 1.1 * allocated
+    learner.close()
+    summary = Trainer(config, progress=False, handle_signals=False).run()
+    buffer = io.BytesIO()
+    torch.save(checkpoint.load_training(summary["latest"])["agent"]["rollout"], buffer)
+    carried = len(buffer.getvalue())
+    one_row = dataclasses.replace(config, rollout_steps=1)
+    counted = preflight.checkpoint_bytes(config, 3) - preflight.checkpoint_bytes(one_row, 3)
+    assert carried * 63 / 64 <= counted < 1.1 * carried
 
 
 def test_a_pqn_run_logs_its_own_tags_and_its_checkpoint_evaluates(tmp_path, capsys):

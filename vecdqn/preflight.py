@@ -178,15 +178,17 @@ def check_memory(config: Config) -> None:
 
 def checkpoint_bytes(config: Config, n_actions: int) -> int:
     """Bytes of one checkpoint file, estimated: online and target networks and Adam's two moments
-    (four float32 copies of the parameters), plus each env's snapshot and observation (none
-    with ``--actors``)."""
+    (four float32 copies of the parameters; PQN: online, RAdam's two moments and the acting copy
+    of ``--overlap-update``), plus each env's snapshot and observation (none with ``--actors``),
+    plus PQN's rollout so far (one rollout: the one being filled)."""
     with torch.device("meta"):
         net = QNetwork(n_actions, in_channels=config.frame_stack, screen_size=config.screen_size,
                        dueling=config.dueling, hidden_size=config.hidden_size, layer_norm=config.uses_layer_norm)
     parameters = sum(p.numel() for p in net.parameters())
     per_env = 2 * config.frame_stack * config.screen_size**2 + SNAPSHOT_BYTES
     snapshotted = 0 if config.actors else config.num_envs  # the actors' games are not kept
-    return 4 * 4 * parameters + snapshotted * per_env + 2**20
+    rollout = _rollout_bytes(config) if config.algo == "pqn" else 0
+    return 4 * 4 * parameters + snapshotted * per_env + rollout + 2**20
 
 
 def check_disk(config: Config, n_actions: int) -> None:
@@ -206,12 +208,18 @@ def check_disk(config: Config, n_actions: int) -> None:
 
 def replay_bytes(config: Config) -> int:
     """Bytes the run's transition storage allocates: DQN's replay buffer, or PQN's rollout
-    (``T × N`` stacked observations)."""
+    (``T × N`` stacked observations), two with ``--overlap-update`` (one learned from while the
+    other fills)."""
     if config.algo == "pqn":
-        return config.rollout_steps * config.num_envs * (config.frame_stack * config.screen_size**2 + 32)
+        return _rollout_bytes(config) * (2 if config.overlap_update else 1)
     return PrioritizedReplayBuffer.bytes_needed(
         config.buffer_size, (config.frame_stack, config.screen_size, config.screen_size), n_step=config.n_step
     )
+
+
+def _rollout_bytes(config: Config) -> int:
+    """Bytes of one PQN rollout: ``T × N`` stacked observations and their five fields."""
+    return config.rollout_steps * config.num_envs * (config.frame_stack * config.screen_size**2 + 32)
 
 
 def replay_frame_bytes(config: Config) -> int:
