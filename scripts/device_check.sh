@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU path's checks on a CUDA machine, in one run of at most 8 minutes. Everything measured
+# The GPU path's checks on a CUDA machine, in one run of at most 10 minutes. Everything measured
 # goes under $OUT (default ./device_check_out): one log per step, the benchmarks' JSON rows, the
 # return curve of a short Pong run, and device_check.json, the summary (each step's exit code and
 # seconds).
@@ -11,9 +11,12 @@
 #   2. benchmark.py --learner at B = 32 and 256 (+ the learner-loop rows at B = 32): plain,
 #      --compile (CUDA graphs), --amp bf16; and the loop rows with --replay-device cuda   learner_*.json
 #   3. benchmark.py --train with 16 envs: the defaults, and --replay-device cuda   train.json
-#   4. PQN on Breakout with 64 envs (--algo pqn, rollouts of 32 steps, 8 minibatches of 256),
-#      90 s: its agent steps/s in the log's last line and in the run's TensorBoard  pqn_breakout.log
-#   5. a --preset pong --device cuda run for what is left of the 8 minutes, at most 250 s, and
+#   4. benchmark.py --env at 128 and 256 envs (Pong, 44 px): a process per env, batched
+#      workers (K envs per worker process), ALE's C++ AtariVectorEnv with a thread per core  env.json
+#   5. PQN on Breakout with 128 envs in batched workers (--algo pqn, rollouts of 32 steps,
+#      2 epochs of 32 minibatches of 128, as Gallici et al.'s Atari runs), 90 s: its agent
+#      steps/s in the log's last line and in the run's TensorBoard            pqn_breakout.log
+#   6. a --preset pong --device cuda run for what is left of the 10 minutes, at most 250 s, and
 #      meanwhile the CUDA-parametrized tests
 #      (tests/test_gpu_path.py -k cuda)                                      pong_curve.json, tests.log
 #
@@ -78,19 +81,23 @@ step learner_replay_cuda 45 "${LEARNER[@]}" --replay-device cuda --json "$OUT/le
 step train 100 python3 scripts/benchmark.py --train --device cuda --num-envs 16 --repeats 1 \
   --replay-device cuda --json "$OUT/train.json"
 
-# -- 4. PQN on Breakout, 64 envs ------------------------------------------------------------------
-if python3 scripts/train.py --help 2>/dev/null | grep -q -- '--algo'; then
-  step pqn_breakout 90 python3 scripts/train.py --algo pqn --env-id BreakoutNoFrameskip-v4 --num-envs 64 \
-    --rollout-steps 32 --epochs 2 --minibatches 8 --learning-rate 2.5e-4 --gamma 0.99 --amp bf16 --device cuda \
+# -- 4. the env pipelines at 128 and 256 envs --------------------------------------------------------
+step env 100 python3 scripts/benchmark.py --env --env-nums 128 256 --env-id PongNoFrameskip-v4 --env-screen-size 44 \
+  --env-steps 20000 --repeats 1 --json "$OUT/env.json"
+
+# -- 5. PQN on Breakout, 128 envs ----------------------------------------------------------------
+if python3 scripts/train.py --help 2>/dev/null | grep -q -- '--envs-per-worker'; then
+  step pqn_breakout 90 python3 scripts/train.py --algo pqn --env-id BreakoutNoFrameskip-v4 --num-envs 128 \
+    --rollout-steps 32 --epochs 2 --minibatches 32 --learning-rate 2.5e-4 --gamma 0.99 --amp bf16 --device cuda \
     --total-steps 400000 --checkpoint-every 0 --eval-every 0 --log-every 8192 --log-dir "$OUT/runs" \
     --run-name pqn_breakout
 else
-  echo '{"step": "pqn_breakout", "skipped": "this version has no --algo"}' >> "$STEPS"
+  echo '{"step": "pqn_breakout", "skipped": "this version has no --envs-per-worker"}' >> "$STEPS"
 fi
 
-# -- 5. Pong for what is left, the CUDA tests beside it ------------------------------------------
-# Whatever is left of the 8 minutes (less 15 s for the summary), at most 250 s: a ~4-minute run.
-LEFT=$(( 465 - ($(date +%s) - START) ))
+# -- 6. Pong for what is left, the CUDA tests beside it ------------------------------------------
+# Whatever is left of the 10 minutes (less 15 s for the summary), at most 250 s: a ~4-minute run.
+LEFT=$(( 585 - ($(date +%s) - START) ))
 LEFT=$(( LEFT > 250 ? 250 : LEFT ))
 if [ "$LEFT" -lt 60 ]; then
   echo "{\"step\": \"pong\", \"skipped\": \"only ${LEFT}s left\"}" >> "$STEPS"
@@ -113,7 +120,7 @@ from pathlib import Path
 
 out, start = Path(sys.argv[1]), float(sys.argv[2])
 summary = {"seconds": round(time.time() - start), "steps": [json.loads(l) for l in (out / "steps.jsonl").open()]}
-for name in ("learner_plain", "learner_bf16", "learner_compile", "learner_replay_cuda", "train"):
+for name in ("learner_plain", "learner_bf16", "learner_compile", "learner_replay_cuda", "train", "env"):
     path = out / f"{name}.json"
     summary[name] = json.loads(path.read_text()) if path.exists() else None
 pqn_run = out / "runs" / "pqn_breakout"

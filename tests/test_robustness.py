@@ -84,10 +84,12 @@ def test_resume_refuses_to_move_the_run(tmp_path, option):
         Trainer.from_checkpoint(tmp_path / "run", {"total_steps": 400, option: "elsewhere"}, progress=False)
 
 
-@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_signal_checkpoints_and_exits_cleanly(tmp_path, signum, code):
+@pytest.mark.parametrize("signum, code, envs", [(signal.SIGINT, 130, ["--num-envs", "2"]),
+                                               (signal.SIGTERM, 143, ["--num-envs", "2"]),
+                                               (signal.SIGINT, 130, ["--num-envs", "4", "--envs-per-worker", "2"])])
+def test_signal_checkpoints_and_exits_cleanly(tmp_path, signum, code, envs):
     returncode, err, children = signal_training(
-        ["--preset", "catch", "--num-envs", "2", "--total-steps", "1000000", "--log-dir", str(tmp_path), "--run-name",
+        ["--preset", "catch", *envs, "--total-steps", "1000000", "--log-dir", str(tmp_path), "--run-name",
          "run", "--learning-starts", "100"], signum, workers=2, settle=3)  # let it train a little
     assert returncode == code, err[-2000:]
     ckpt = tmp_path / "run" / "checkpoints" / "latest.pt"
@@ -127,13 +129,15 @@ class HangingCatch(RaisingCatch):
         return super().step(action)
 
 
-def test_hung_worker_times_out(tmp_path):
-    gym.register("vecdqn-test/HangingCatch-v0", entry_point=HangingCatch)
+@pytest.mark.parametrize(("envs_per_worker", "named"), [(1, r"env 1 \("), (2, r"envs 0-1 \(worker 0, ")])
+def test_hung_worker_times_out(tmp_path, envs_per_worker, named):
+    if "vecdqn-test/HangingCatch-v0" not in gym.registry:
+        gym.register("vecdqn-test/HangingCatch-v0", entry_point=HangingCatch)
     config = catch_config(tmp_path, env_id="vecdqn-test/HangingCatch-v0", total_steps=2_000, run_name="run",
-                          worker_timeout=2.0)
+                          worker_timeout=2.0, envs_per_worker=envs_per_worker)
     trainer = Trainer(config, progress=False, handle_signals=False)
     start = time.time()
-    hung = r"^env 1 \(vecdqn-test/HangingCatch-v0\) did not answer within --worker-timeout 2.0 s"
+    hung = rf"^{named}vecdqn-test/HangingCatch-v0\) did not answer within --worker-timeout 2.0 s"
     with pytest.raises(WorkerError, match=hung):
         trainer.run()
     assert time.time() - start < 30

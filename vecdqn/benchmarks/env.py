@@ -5,7 +5,8 @@ Impls, each under uniformly random actions (one sequence for all) at each ``--en
 
 - ``ale_vector`` (the anchor): ale-py's C++ `AtariVectorEnv`, one thread per core;
 - ``vecdqn``: `vecdqn.envs.make_vector_env` with a process per env (``envs_per_worker=1``);
-- ``vecdqn_batched``: the same with K envs per worker process, the fastest K of ``--env-ks``
+- ``vecdqn_batched``: the same with K envs per worker process, the K of ``--env-ks`` with the
+  best ratio
   (default: `vecdqn.config.Config.envs_per_worker_on`'s K and half of it), K in the note;
 - ``gymnasium``: `AsyncVectorEnv` over gymnasium's own `AtariPreprocessing` and
   `FrameStackObservation`, a process per env;
@@ -49,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--env-id", default=ENV_ID, help=f"the game (default {ENV_ID})")
     group.add_argument("--env-screen-size", type=int, default=84, help="observation side in pixels (default 84)")
     group.add_argument("--env-ks", type=int, nargs="+", default=None,
-                       help="envs per worker tried for vecdqn_batched, the fastest reported (default: the "
+                       help="envs per worker tried for vecdqn_batched, the best ratio reported (default: the "
                             "default rule's K and half of it; values that do not divide N are skipped)")
 
 
@@ -203,7 +204,7 @@ def run(args: argparse.Namespace) -> list[Row]:
         candidates = {name: _timed(name, args, num_envs, cores) for name in IMPLS if name != "vecdqn_batched"}
         candidates |= {f"batched_k{k}": _timed("vecdqn_batched", args, num_envs, cores, k) for k in ks}
         result = interleaved(args.repeats, candidates, anchor="ale_vector")
-        best = max((name for name in result if name.startswith("batched_k")), key=lambda n: result[n][0], default=None)
+        best = max((name for name in result if name.startswith("batched_k")), key=lambda n: result[n][1], default=None)
         for name in IMPLS:
             key = best if name == "vecdqn_batched" else name
             if key is None:

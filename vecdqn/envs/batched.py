@@ -84,8 +84,9 @@ class GameBatch:
         self.render_mode = self.games[0].render_mode
 
     def start(self) -> None:
-        """Make the other K − 1 games."""
-        self.games += [self.make_game() for _ in range(self.count - len(self.games))]
+        """Make the other K − 1 games (once; later calls do nothing)."""
+        if len(self.games) < self.count:
+            self.games += [self.make_game() for _ in range(self.count - len(self.games))]
 
     def close(self) -> None:
         for game in self.games:
@@ -182,12 +183,15 @@ def _batched_worker(index: int, env_fn: Callable[[], GameBatch], pipe: Any, pare
     batch: GameBatch | None = None
     try:
         batch = env_fn()
-        batch.start()
         space = batch.observation_space
         rows = np.frombuffer(shared_memory.get_obj(), dtype=space.dtype).reshape(
             (batch.workers, *space.shape))[index]
         while True:
             command, data = pipe.recv()
+            if command in ("reset", "step", "_call", "_setattr"):
+                # The other K - 1 games are made at the first command that needs them, not before the
+                # start-up's space check: the main process ignores Ctrl-C until that check is answered.
+                batch.start()
             if command == "step":
                 rewards, terminated, truncated, infos = batch.step(data, rows)
                 pipe.send(((None, rewards, terminated, truncated, {"games": infos} if infos else {}), True))
