@@ -59,6 +59,8 @@ class TrainState:
     Units are agent steps summed over envs, except ``updates`` (gradient updates) and
     ``episodes`` (whole games). ``episode_history`` holds the raw return and the length (emulator
     frames for ALE games) of the last `GAME_HISTORY` games, oldest first; `record_game` adds one.
+    ``loss_sums``/``loss_count`` hold the updates' losses since the last log (`add_losses`,
+    `take_losses`).
     """
 
     step: int = 0
