@@ -252,6 +252,51 @@ def test_a_ray_instance_that_refuses_the_run_is_one_line_and_leaves_no_run_folde
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("given", ["RAY_ADDRESS", "--ray-address"])
+def test_a_ray_instance_that_refuses_the_token_is_named_in_one_line_without_ray_s_warnings(
+        monkeypatch, capfd, given):
+    """An instance with token authentication, joined without its token: Ray's core retries for
+    ~20 s, writing a warning a second to file descriptor 2, then raises ConnectionError. The run
+    says it is the token, and how to give it; Ray's lines stay off the terminal."""
+    ray = pytest.importorskip("ray")
+    from vecdqn.distributed.pool import start_ray
+
+    def refuse(**kwargs):
+        for _ in range(3):
+            os.write(2, b"[2026-12-04 18:36:19,299 W 21039 21039] gcs_client.cc:210: Failed to get cluster ID from "
+                        b"GCS server: Unauthenticated: RPC error: InvalidAuthToken: Authentication token is missing "
+                        b"or incorrect\n")
+        raise ConnectionError("Failed to connect to Ray cluster at 127.0.0.1:6391")
+
+    monkeypatch.setattr(ray, "init", refuse)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    if given == "RAY_ADDRESS":
+        monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6391")
+        address, said, instead = "", "RAY_ADDRESS=127.0.0.1:6391", "unset RAY_ADDRESS"
+    else:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+        address, said, instead = "127.0.0.1:6391", "--ray-address 127.0.0.1:6391", "leave --ray-address out"
+    with pytest.raises(preflight.ConfigError) as err:
+        start_ray(address, 1)
+    assert str(err.value) == (
+        f"{said}: the Ray instance there runs with token authentication and refused this process's token (missing "
+        "or not its own); give its token as RAY_AUTH_TOKEN, in ~/.ray/auth_token or in the file RAY_AUTH_TOKEN_PATH "
+        f"names, or {instead} to let the run start its own")
+    out, stderr = capfd.readouterr()
+    assert "InvalidAuthToken" not in out + stderr
+
+
+def test_what_ray_writes_while_it_joins_reaches_stderr_when_it_joins(monkeypatch, capfd):
+    ray = pytest.importorskip("ray")
+    from vecdqn.distributed.pool import start_ray
+
+    monkeypatch.setattr(ray, "init", lambda **kwargs: os.write(2, b"a warning of Ray's\n"))
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert start_ray("127.0.0.1:6391", 1)
+    assert capfd.readouterr().err == "a warning of Ray's\n"
+
+
 def test_ray_address_where_nothing_answers_exits_2_in_one_line_leaving_no_process(tmp_path):
     """Finding 2: RAY_ADDRESS exported (as in a cluster user's shell) to a Ray instance that is not
     there, and --actors without --ray-address: one line naming RAY_ADDRESS and what to do, exit 2,

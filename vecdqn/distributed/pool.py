@@ -24,16 +24,19 @@ writes a checkpoint before it stops.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import re
 import signal
+import sys
+import tempfile
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import IO, Any
 
 import ray
-from ray.exceptions import RayActorError, RayTaskError
+from ray.exceptions import AuthenticationError, RayActorError, RayTaskError
 
 from vecdqn.config import Config
 from vecdqn.distributed.actor import Actor, apex_epsilons
@@ -62,8 +65,10 @@ def start_ray(address: str, actors: int) -> bool:
         also stops a local instance); False when Ray was already initialized in this process.
 
     Raises:
-        ConfigError: no instance answers at ``address`` or ``RAY_ADDRESS`` (one line naming it;
-            `vecdqn.preflight.check_ray_address` finds most such cases before anything starts).
+        ConfigError: no instance answers at ``address`` or ``RAY_ADDRESS``, or it refuses this
+            process's authentication token (one line naming it and what to do, Ray's own retry
+            warnings kept off the terminal; `vecdqn.preflight.check_ray_address` finds most
+            unanswered addresses before anything starts).
     """
     if ray.is_initialized():
         return False
@@ -71,18 +76,54 @@ def start_ray(address: str, actors: int) -> bool:
     try:
         if ray_address(address)[0]:
             # Ray refuses num_cpus/num_gpus when it joins: the instance was sized when it started.
-            try:
-                ray.init(address=address or None, log_to_driver=False, logging_level=logging.WARNING)
-            except ConnectionError as err:
-                raise ConfigError(f"{said_ray_address(address)}: {first_line(err)}; start that Ray instance, give a "
-                                  "running one's address with --ray-address, or leave both out to let the run start "
-                                  "its own") from None
+            with _stderr_kept() as kept:
+                try:
+                    ray.init(address=address or None, log_to_driver=False, logging_level=logging.WARNING)
+                except (ConnectionError, AuthenticationError) as err:
+                    kept.seek(0)
+                    raise _join_error(address, err, kept.read().decode(errors="replace")) from None
         else:
             ray.init(_node_ip_address="127.0.0.1", include_dashboard=False,
                      num_cpus=max(os.cpu_count() or 1, actors), log_to_driver=False, logging_level=logging.WARNING)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     return True
+
+
+@contextlib.contextmanager
+def _stderr_kept() -> Iterator[IO[bytes]]:
+    """File descriptor 2 into a temporary file for the block, where Ray's C++ core writes its
+    warnings while it retries a connection (~20 lines in 20 s when the instance refuses this
+    process's authentication token): written back to stderr after the block, dropped if it
+    raises (its one line says what went wrong)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as kept:
+        os.dup2(kept.fileno(), 2)
+        try:
+            yield kept
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        kept.seek(0)  # only when the block did not raise
+        written = kept.read()
+        if written:
+            os.write(2, written)
+
+
+def _join_error(address: str, err: Exception, stderr: str) -> ConfigError:
+    """The one line for a Ray instance that could not be joined (``stderr``: what Ray wrote while
+    it tried): a refused authentication token, or none answering."""
+    said, env = said_ray_address(address), ray_address(address)[1] == "RAY_ADDRESS"
+    if isinstance(err, AuthenticationError) or "InvalidAuthToken" in stderr or "Unauthenticated" in stderr:
+        return ConfigError(
+            f"{said}: the Ray instance there runs with token authentication and refused this process's token "
+            "(missing or not its own); give its token as RAY_AUTH_TOKEN, in ~/.ray/auth_token or in the file "
+            f"RAY_AUTH_TOKEN_PATH names, or {'unset RAY_ADDRESS' if env else 'leave --ray-address out'} to let "
+            "the run start its own")
+    return ConfigError(f"{said}: {first_line(err)}; start that Ray instance, give a running one's address with "
+                       "--ray-address, or leave both out to let the run start its own")
 
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
