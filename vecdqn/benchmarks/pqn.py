@@ -33,8 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--pqn-envs", type=int, default=PRESETS["pong-pqn"]["num_envs"],
                        help="envs of both rows; the preset's rollout length stays (default: the pong-pqn "
                             "preset's, %(default)s)")
-    group.add_argument("--pqn-steps", type=int, default=20_000,
-                       help="agent steps of each measured PQN run and env-only block (default 20000)")
+    group.add_argument("--pqn-steps", type=int, default=40_000,
+                       help="agent steps of each measured PQN run and env-only block (default 40000: ten "
+                            "rollouts of the preset's 128 envs x 32 steps)")
     group.add_argument("--pqn-options", default="",
                        help="more train.py options for the PQN runs, e.g. '--amp bf16 --epochs 4' (default none)")
 

@@ -283,6 +283,10 @@ class BatchedVectorEnv(VectorEnv):
         """The indices of worker ``worker``'s games."""
         return range(worker * self.envs_per_worker, (worker + 1) * self.envs_per_worker)
 
+    def _per_worker(self, values: Sequence[Any]) -> list[list[Any]]:
+        """N per-game values as W lists of K, one per worker."""
+        return [list(values[g.start:g.stop]) for g in map(self.games_of, range(len(self.processes)))]
+
     def _observations(self) -> np.ndarray:
         return self.observations.copy() if self.copy else self.observations
 
@@ -300,9 +304,7 @@ class BatchedVectorEnv(VectorEnv):
         seeds = [seed + i for i in range(self.num_envs)] if isinstance(seed, int) else seed
         if seeds is not None and len(seeds) != self.num_envs:
             raise ValueError(f"{len(seeds)} seeds given for {self.num_envs} envs")
-        per_worker = None if seeds is None else [list(seeds[g.start:g.stop]) for g in map(self.games_of, range(
-            len(self.processes)))]
-        _, infos = self.engine.reset(seed=per_worker, options=options)
+        _, infos = self.engine.reset(seed=None if seeds is None else self._per_worker(seeds), options=options)
         return self._observations(), self._game_infos(infos)
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
@@ -338,8 +340,7 @@ class BatchedVectorEnv(VectorEnv):
             values = [values] * self.num_envs
         if len(values) != self.num_envs:
             raise ValueError(f"{len(values)} values given for {self.num_envs} envs")
-        self.engine.set_attr(name, [list(values[g.start:g.stop]) for g in map(self.games_of, range(
-            len(self.processes)))])
+        self.engine.set_attr(name, self._per_worker(values))
 
     def close_extras(self, **kwargs: Any) -> None:
         self.engine.close(**kwargs)
