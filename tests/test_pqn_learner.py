@@ -403,7 +403,8 @@ def test_a_non_finite_update_stops_the_run_before_its_weights_are_saved(tmp_path
 @pytest.mark.filterwarnings("ignore::UserWarning:gymnasium.vector.async_vector_env")
 def test_an_env_that_raises_stops_a_pqn_run_naming_the_env(tmp_path):
     gym.register("vecdqn-test/CrashingCatchPQN-v0", entry_point=RaisingCatch, kwargs={"raise_seed": 9})
-    config = pqn_config(tmp_path, env_id="vecdqn-test/CrashingCatchPQN-v0", run_name="run", total_steps=2_000, envs_per_worker=1,
+    config = pqn_config(tmp_path, env_id="vecdqn-test/CrashingCatchPQN-v0", run_name="run", total_steps=2_000,
+                        envs_per_worker=1,
                         overlap_update=True)
     trainer = Trainer(config, progress=False, handle_signals=False)
     message = (r"^env 2 \(vecdqn-test/CrashingCatchPQN-v0\) failed at agent step \d+: RuntimeError: emulator "
@@ -422,7 +423,8 @@ def test_a_signalled_pqn_run_checkpoints_exits_and_resumes(tmp_path, signum, cod
     128 + the signal, a checkpoint, no worker left; ``--resume`` then runs it to its end."""
     returncode, err, children = signal_training(
         ["--preset", "catch-pqn", "--overlap-update", "--log-dir", str(tmp_path), "--run-name", "run",
-         "--total-steps", "1000000", "--envs-per-worker", "1"], signum, workers=8, settle=4)  # let it learn from a few rollouts
+         "--total-steps", "1000000", "--envs-per-worker", "1"],
+        signum, workers=8, settle=4)  # let it learn from a few rollouts
     assert returncode == code, err[-2000:]
     latest = tmp_path / "run" / "checkpoints" / "latest.pt"
     step = checkpoint.load(latest)["train_state"]["step"]
