@@ -118,6 +118,7 @@ THIRD_PARTY_PRIVATE = {
     "_frameskip": "ale_py's AtariEnv setting, checked by ale_direct.direct_ale",
     "_obs_type": "ale_py's AtariEnv setting, checked by ale_direct.direct_ale",
     "_actions": "argparse has no public list of a parser's actions",
+    "_add_info": "gymnasium's VectorEnv helper for its subclasses: batches one env's info as AsyncVectorEnv does",
 }
 SOURCES = sorted(PACKAGE.rglob("*.py")) + sorted((ROOT / "scripts").glob("*.py"))
 
