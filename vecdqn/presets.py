@@ -134,23 +134,22 @@ PRESETS: dict[str, dict[str, Any]] = {
         checkpoint_every=0,
         eval_every=0,
     ),
-    # PQN on Pong, 2 CPU cores: CleanRL's pqn_atari_envpool.py settings (8 envs x rollouts of 128
-    # steps, 4 epochs of 4 minibatches of 256, lambda 0.65, gamma 0.99, RAdam 2.5e-4, gradient norm
-    # 10, LayerNorm, no dueling head, epsilon over the first 10% of 10M agent steps) at 44 px. Its
-    # minibatches of 256 run at ~1,090 agent steps/s here, against ~670 with rollouts of 32 and
-    # minibatches of 64; at 44 px greedy play first reaches +18 at 3.0M (seed 2) and 5.6M (seed 1)
-    # agent steps (docs/pqn.md).
+    # PQN on Pong, 2 CPU cores, in its authors' many-env shape (purejaxql's pqn_atari: 128 envs x
+    # rollouts of 32 steps, 2 epochs of 32 minibatches of 128, lambda 0.65, gamma 0.99, RAdam 2.5e-4,
+    # gradient norm 10, LayerNorm, no dueling head) at 44 px, the 128 games stepped by 2 env workers
+    # of 64 (--envs-per-worker auto). Against CleanRL's 8 envs x 128 steps, 4 epochs of 4 x 256 it
+    # halves the sample-gradients per agent step and runs ~2x the agent steps/s (docs/pqn.md).
     "pong-pqn": dict(
         env_id="PongNoFrameskip-v4",
         algo="pqn",
         total_steps=10_000_000,
-        num_envs=8,
+        num_envs=128,
         screen_size=44,
         hidden_size=512,
         dueling=False,
-        rollout_steps=128,
-        epochs=4,
-        minibatches=4,
+        rollout_steps=32,
+        epochs=2,
+        minibatches=32,
         q_lambda=0.65,
         learning_rate=2.5e-4,
         gamma=0.99,
@@ -160,10 +159,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         epsilon_decay_steps=1_000_000,
         torch_threads=1,
         # The update of each rollout on a second thread while the envs collect the next (the
-        # actions lag one rollout): 693 against 488 agent steps/s at rollouts of 32 (docs/pqn.md).
+        # actions lag one rollout; docs/pqn.md).
         overlap_update=True,
         log_every=10_000,
-        checkpoint_every=100_000,
+        checkpoint_every=250_000,
         keep_checkpoints=True,
         eval_every=0,
         eval_episodes=10,
@@ -180,8 +179,8 @@ PRESET_SOURCES = {
     "labml": "labml's annotated DQN experiment on Breakout (labml_nn.rl.dqn), converted to agent steps",
     "catch-pqn": "PQN (Gallici et al. 2025) on the pixel Catch game: 8 envs, rollouts of 16 steps, 4 epochs of "
                  "8 minibatches",
-    "pong-pqn": "PQN (Gallici et al. 2025) on PongNoFrameskip-v4 with CleanRL's pqn_atari_envpool.py settings "
-                "(8 envs x 128 steps, 4 epochs of 4 minibatches, lambda 0.65, RAdam 2.5e-4, LayerNorm) at 44 px",
+    "pong-pqn": "PQN (Gallici et al. 2025) on PongNoFrameskip-v4 in its authors' shape (purejaxql pqn_atari: 128 "
+                "envs x 32 steps, 2 epochs of 32 minibatches, lambda 0.65, RAdam 2.5e-4, LayerNorm) at 44 px",
 }
 
 
