@@ -1,5 +1,6 @@
-"""The learner's device: choosing it, the ``--amp`` modes it can run, moving a batch onto it as
-the one typed batch the learner takes (`DeviceBatch`), and an update's results on their way back.
+"""The learner's device: choosing it, the ``--amp`` modes it can run (and what ``--amp auto``
+resolves to there), moving a batch onto it as the one typed batch the learner takes
+(`DeviceBatch`), and an update's results on their way back.
 
 Shape legend: ``B`` batch, ``S`` stacked frames, ``H×W`` frame.
 
@@ -13,17 +14,24 @@ arrays' memory (a copy only where the dtype changes).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
-__all__ = ["AMP_DTYPES", "DEVICE_NAMES", "FIELD_DTYPES", "DeviceBatch", "PendingUpdate", "amp_dtype", "check_amp",
-           "default_torch_threads",
-           "on_device", "pinned", "select_device", "stage", "to_device"]
+__all__ = ["AMP_DTYPES", "AMP_NAMES", "BF16_CPU_FLAGS", "DEVICE_NAMES", "FIELD_DTYPES", "DeviceBatch",
+           "PendingUpdate", "amp_dtype", "announce_amp", "check_amp", "cpu_flags", "default_torch_threads",
+           "native_bf16_flag", "on_device", "pinned", "resolve_amp", "select_device", "stage", "to_device"]
 
-# --amp values and the autocast dtype each one means (None: full fp32)
+# The --amp modes and the autocast dtype each one means (None: full fp32)
 AMP_DTYPES: dict[str, torch.dtype | None] = {"off": None, "bf16": torch.bfloat16}
+# What --amp takes: a mode, or "auto" (`resolve_amp` picks the mode for the device)
+AMP_NAMES = (*AMP_DTYPES, "auto")
+# x86 CPU flags (Linux /proc/cpuinfo) of a CPU that computes bf16 natively. Without one, PyTorch
+# emulates bf16 and an update costs more than in fp32 (2.6x on an Intel Xeon without them;
+# docs/installation.md#troubleshooting), so "auto" keeps fp32 there.
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 # what --device and --replay-device take
 DEVICE_NAMES = "auto, cpu, cuda, cuda:N, mps"
 
@@ -141,23 +149,28 @@ class PendingUpdate:
 
 
 def amp_dtype(amp: str) -> torch.dtype | None:
-    """The autocast dtype of an ``--amp`` value (None for ``off``): the one check of an ``--amp`` name.
+    """The autocast dtype of an ``--amp`` mode (None for ``off``): the one check of an ``--amp``
+    name. ``auto`` is a name but not a mode: it depends on the device (`resolve_amp`).
 
     Raises:
-        ValueError: an unknown value.
+        ValueError: an unknown value, or ``auto``.
     """
+    if amp == "auto":
+        raise ValueError("--amp auto depends on the device; resolve it first (vecdqn.staging.resolve_amp)")
     if amp not in AMP_DTYPES:
-        raise ValueError(f"--amp {amp!r} is not one of {', '.join(AMP_DTYPES)}")
+        raise ValueError(f"--amp {amp!r} is not one of {', '.join(AMP_NAMES)}")
     return AMP_DTYPES[amp]
 
 
 def check_amp(device: torch.device, amp: str) -> torch.dtype | None:
-    """``amp_dtype(amp)``, after checking that ``device`` can autocast to it: bf16 needs a CUDA
-    device with bf16 support (compute capability 8.0 and later) or the CPU.
+    """``amp_dtype`` of ``amp`` (``auto`` resolved for ``device`` first, `resolve_amp`), after
+    checking that ``device`` can autocast to it: bf16 needs a CUDA device with bf16 support
+    (compute capability 8.0 and later) or the CPU.
 
     Raises:
         ValueError: one line naming the device and what to use instead.
     """
+    amp = resolve_amp(device, amp)
     dtype = amp_dtype(amp)
     if dtype is None:
         return None
@@ -168,6 +181,71 @@ def check_amp(device: torch.device, amp: str) -> torch.dtype | None:
     elif device.type != "cpu":
         raise ValueError(f"--amp {amp} is not offered on --device {device}; use --amp off, or a CPU or CUDA device")
     return dtype
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The flags of the first CPU listed in ``cpuinfo`` (Linux's ``flags : ...`` line); empty
+    where the file is missing or has no such line (macOS, Windows)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as file:
+            for line in file:
+                key, colon, value = line.partition(":")
+                if colon and key.strip() == "flags":
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def native_bf16_flag() -> str | None:
+    """The first of `BF16_CPU_FLAGS` this CPU has (`cpu_flags`), or None: bf16 is then emulated."""
+    flags = cpu_flags()
+    return next((flag for flag in BF16_CPU_FLAGS if flag in flags), None)
+
+
+def _auto_amp(device: torch.device) -> tuple[str, str]:
+    """``(mode, why)``: what ``--amp auto`` means on ``device``, and the reason in a few words."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        if torch.cuda.is_bf16_supported():
+            return "bf16", f"{name} computes in bf16"
+        return "off", f"{name} cannot compute in bf16"
+    if device.type == "cpu":
+        flag = native_bf16_flag()
+        if flag is not None:
+            return "bf16", f"this CPU computes bf16 natively ({flag})"
+        return "off", f"this CPU has no native bf16 ({' or '.join(BF16_CPU_FLAGS)}), where bf16 is slower than fp32"
+    return "off", f"bf16 autocast is not offered on {device.type}"
+
+
+def resolve_amp(device: torch.device, amp: str) -> str:
+    """The ``--amp`` mode to run on ``device``: ``amp`` itself when it is a mode (``off``,
+    ``bf16``); for ``auto``, ``bf16`` on a CUDA device that computes in bf16 or on a CPU with
+    native bf16 (Linux's ``/proc/cpuinfo`` lists ``avx512_bf16`` or ``amx_bf16``), else ``off``
+    (fp32). The mode is not checked against the device here (`check_amp` does).
+
+    Raises:
+        ValueError: an unknown value.
+    """
+    if amp != "auto":
+        amp_dtype(amp)  # the name check
+        return amp
+    return _auto_amp(device)[0]
+
+
+def announce_amp(device: torch.device, amp: str, say: Callable[[str], None] = print) -> str:
+    """`resolve_amp`, with one line to ``say`` that names the mode the run computes in (and, for
+    ``auto``, why): the trainer calls it once at the start and saves the returned mode in the
+    run's configuration, so ``config.json`` shows what ran and a resume keeps it.
+
+    >>> announce_amp(torch.device("cpu"), "off")
+    --amp off: fp32
+    'off'
+    """
+    mode = resolve_amp(device, amp)
+    line = f"--amp {amp}: {'bf16 autocast, fp32 weights and loss' if mode == 'bf16' else 'fp32'}"
+    say(f"{line}; {_auto_amp(device)[1]}" if amp == "auto" else line)
+    return mode
 
 
 def default_torch_threads(num_envs: int, cpu_count: int | None = None, device_type: str = "cpu") -> int:
