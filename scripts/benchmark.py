@@ -2,6 +2,7 @@
 
     python scripts/benchmark.py --env --replay --learner --train --repeats 3 --json bench.json
     python scripts/benchmark.py --replay --quick        # smallest sizes: a smoke run
+    python scripts/benchmark.py --estimate --preset pong  # this machine's speed, minutes to the result
 
 Each section adds its own flags (``--help`` lists them); the sections, the method and the
 output are described in `vecdqn.benchmarks`.
@@ -15,10 +16,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from vecdqn.benchmarks import QUICK, SECTIONS, Row, run_sections  # noqa: E402
+from vecdqn.benchmarks import QUICK, SECTIONS, Row, estimate  # noqa: E402
+from vecdqn.benchmarks.harness import print_table, write_json  # noqa: E402
 from vecdqn.cli import OneLineErrorParser, UsageError, fail  # noqa: E402
 
 PROG = "benchmark.py"
+# The sections of the command line, in the order they run, and their --quick sizes: the package's,
+# then --estimate (vecdqn.benchmarks.estimate).
+ALL_SECTIONS = {**SECTIONS, "estimate": estimate}
+ALL_QUICK = {**QUICK, **estimate.QUICK}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the rows as a JSON list")
     parser.add_argument("--quick", action="store_true",
                         help="the smallest sizes and one round, for a smoke run; flags given explicitly still apply")
-    for module in SECTIONS.values():
+    for module in ALL_SECTIONS.values():
         module.add_arguments(parser)
     return parser
 
@@ -46,23 +52,33 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.quick:  # parse again with the small sizes as defaults, so that explicit flags win
-        parser.set_defaults(**QUICK)
+        parser.set_defaults(**ALL_QUICK)
         args = parser.parse_args(argv)
-    chosen = [name for name in SECTIONS if getattr(args, name)]
+    chosen = [name for name in ALL_SECTIONS if getattr(args, name)]
     if not chosen:
-        parser.error("choose at least one section: " + ", ".join(f"--{name}" for name in SECTIONS))
+        parser.error("choose at least one section: " + ", ".join(f"--{name}" for name in ALL_SECTIONS))
     if args.repeats < 1:
         parser.error(f"--repeats {args.repeats} must be >= 1")
     if args.pqn_envs < 1:
         parser.error(f"--pqn-envs {args.pqn_envs} must be >= 1")
+    if args.estimate_seconds <= 0:
+        parser.error(f"--estimate-seconds {args.estimate_seconds:g} must be > 0")
     if args.update_batch_sizes and min(args.update_batch_sizes) < 1:
         parser.error(f"--update-batch-sizes {' '.join(map(str, args.update_batch_sizes))}: each must be >= 1")
     return args, chosen
 
 
 def main(argv: list[str] | None = None) -> list[Row]:
+    """Run the chosen sections in turn, print the table of all their rows and, with ``--json``,
+    write them there; return the rows."""
     args, chosen = parse_args(argv)
-    return run_sections(args, chosen, args.json)
+    rows: list[Row] = []
+    for name in chosen:
+        rows += ALL_SECTIONS[name].run(args)
+    print_table(rows)
+    if args.json is not None:
+        write_json(rows, args.json)
+    return rows
 
 
 if __name__ == "__main__":

@@ -1,0 +1,62 @@
+"""``scripts/benchmark.py --estimate``: the published results it reads agree with the README's
+results table and their source pages, the minutes follow from the rate, and a ``--quick`` run
+measures a rate through the command line."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+from pathlib import Path
+
+import pytest
+from test_docs import anchors
+
+from vecdqn.benchmarks.estimate import PUBLISHED, expected_minutes
+from vecdqn.presets import PRESETS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_cli():
+    spec = importlib.util.spec_from_file_location("vecdqn_benchmark_script_estimate", ROOT / "scripts" / "benchmark.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+@pytest.mark.parametrize("preset", sorted(PUBLISHED))
+def test_published_agent_steps_are_the_readme_results_table(preset):
+    """Each entry is the "agent steps" of its preset's row in README.md's results table, and its
+    source is a heading that exists."""
+    published = PUBLISHED[preset]
+    assert preset in PRESETS
+    rows = [line for line in (ROOT / "README.md").read_text().splitlines()
+            if line.startswith("|") and re.search(rf"`{re.escape(preset)}`(?![\w-])", line)]
+    assert len(rows) == 1, rows
+    assert f"| {published.agent_steps:,} |" in rows[0], rows[0]
+    page, _, heading = published.source.partition("#")
+    assert (ROOT / page).exists() and heading in anchors(ROOT / page)
+
+
+def test_expected_minutes():
+    assert expected_minutes("pong", 98.0) == pytest.approx(325_000 / 98 / 60)
+    assert expected_minutes("catch-pqn", 200.0) == pytest.approx(1.0)
+    assert expected_minutes("pong", 0.0) == math.inf
+    assert expected_minutes("labml", 100.0) is None  # no published result
+
+
+def test_quick_estimate_measures_a_rate(capsys, tmp_path):
+    rows = load_cli().main(["--estimate", "--quick", "--json", str(tmp_path / "rows.json")])
+    out = capsys.readouterr().out
+    assert len(rows) == 1 and rows[0]["bench"] == "estimate" and rows[0]["impl"] == "catch"
+    assert rows[0]["value"] > 0 and math.isfinite(rows[0]["value"])
+    assert "min to a training mean of 0.94 (seed 1) at 20,000 agent steps (docs/results.md#catch)" in rows[0]["note"]
+    assert "--preset catch: " in out and (tmp_path / "rows.json").exists()
+
+
+def test_bad_estimate_seconds_exit_2(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        load_cli().main(["--estimate", "--estimate-seconds", "0"])
+    assert exit_info.value.code == 2
+    assert "--estimate-seconds 0 must be > 0" in capsys.readouterr().err

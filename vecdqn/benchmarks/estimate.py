@@ -1,0 +1,132 @@
+"""``--estimate``: a preset's speed on this machine, and the minutes its published result would take.
+
+Runs ``train.py --preset NAME`` (the reader's own command, with ``--estimate-options`` added) until
+it has learned for ``--estimate-seconds`` seconds, stops it as ``timeout -s INT`` would, and
+prints its agent steps/s counted from the first update, and ``PUBLISHED[NAME].agent_steps`` at
+that rate in minutes: the time to the agent step at which the published run first reached its
+result. The steps before the first update run faster than that (no updates), so the estimate is
+a little high for DQN presets; start-up time is not counted. ``--repeats`` does not apply: one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import signal
+import tempfile
+import time
+from typing import Any, NamedTuple
+
+from vecdqn.benchmarks.harness import Row
+from vecdqn.presets import PRESETS
+
+__all__ = ["PUBLISHED", "QUICK", "Published", "add_arguments", "expected_minutes", "run"]
+
+
+class Published(NamedTuple):
+    """A preset's published result: the agent step at which its run first reached it, what it
+    was, and the results table it comes from (a path and heading in this repository)."""
+
+    agent_steps: int
+    result: str
+    source: str
+
+
+# The one place the estimate reads published results from: each the "agent steps" of the README's
+# results table, as measured in docs/results.md (a rerun that changes a table changes it here).
+# A preset missing here has no measured result yet (pong-pqn's shape since commit 40531eb, the
+# defaults, labml).
+PUBLISHED: dict[str, Published] = {
+    "catch": Published(20_000, "a training mean of 0.94 (seed 1)", "docs/results.md#catch"),
+    "pong": Published(325_000, "+20.6 greedy (seed 1)", "docs/results.md#pong"),
+    "catch-pqn": Published(12_000, "1.00 greedy (seeds 1 and 2)", "docs/results.md#catch-1"),
+}
+
+# --quick: a short measurement of the smallest preset, for a smoke run (the numbers mean little)
+QUICK = {"estimate_seconds": 1.0, "preset": "catch"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("--estimate section")
+    group.add_argument("--estimate", action="store_true",
+                       help="run a preset briefly and print its agent steps/s here and the minutes to its "
+                            "published result (one run; --repeats does not apply)")
+    group.add_argument("--preset", default="pong", choices=sorted(PRESETS),
+                       help="the preset to estimate (default pong)")
+    group.add_argument("--estimate-seconds", type=float, default=40.0,
+                       help="seconds of learning to measure, after the first update (default 40)")
+    group.add_argument("--estimate-options", default="",
+                       help="more train.py options for the run, e.g. '--amp off' (default none)")
+
+
+def expected_minutes(preset: str, steps_per_second: float) -> float | None:
+    """Minutes to ``PUBLISHED[preset].agent_steps`` at ``steps_per_second``; None for a preset
+    without a published result.
+
+    >>> round(expected_minutes("pong", 98.0), 1)
+    55.3
+    """
+    published = PUBLISHED.get(preset)
+    if published is None:
+        return None
+    return published.agent_steps / steps_per_second / 60 if steps_per_second > 0 else math.inf
+
+
+class _Clock:
+    """``on_step`` of the measured run: notes the agent step and time of the first update, and
+    stops the run (as SIGINT would) ``seconds`` after it."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.start: tuple[float, int] | None = None
+        self.end: tuple[float, int] | None = None
+
+    def __call__(self, trainer: Any) -> None:
+        state, now = trainer.core.state, time.perf_counter()
+        if self.start is None:
+            if state.updates > state.update_offset:
+                self.start = (now, state.step)
+            return
+        self.end = (now, state.step)
+        if now - self.start[0] >= self.seconds:
+            trainer.core.stop.signum = signal.SIGINT  # stop after this step, with a checkpoint
+
+    def steps_per_second(self) -> float:
+        """Agent steps/s from the first update to the last step seen (nan before two steps)."""
+        if self.start is None or self.end is None or self.end[0] <= self.start[0]:
+            return math.nan
+        return (self.end[1] - self.start[1]) / (self.end[0] - self.start[0])
+
+
+def measure(preset: str, seconds: float, options: str = "") -> tuple[float, int]:
+    """``(agent steps/s after the first update, envs)`` of ``train.py --preset preset`` plus
+    ``options``, run in a temporary folder for ``seconds`` of learning (or to its end, if sooner)."""
+    from vecdqn.cli import parse_args
+    from vecdqn.signals import Interrupted
+    from vecdqn.trainer import Trainer
+
+    clock = _Clock(seconds)
+    with tempfile.TemporaryDirectory() as log_dir:
+        config = parse_args(["--preset", preset, "--log-dir", log_dir, "--checkpoint-every", "0",
+                             "--no-keep-checkpoints", "--eval-every", "0", *options.split()])
+        try:
+            Trainer(config, progress=False, handle_signals=False, on_step=clock).run()
+        except Interrupted:
+            pass
+    return clock.steps_per_second(), config.num_envs
+
+
+def run(args: argparse.Namespace) -> list[Row]:
+    """The section's row: the preset's agent steps/s here, the minutes to its published result in
+    its note; the same in one line on the console."""
+    print(f"running --preset {args.preset} for {args.estimate_seconds:g} s of learning ...", flush=True)
+    sps, envs = measure(args.preset, args.estimate_seconds, args.estimate_options)
+    minutes, published = expected_minutes(args.preset, sps), PUBLISHED.get(args.preset)
+    if published is None:
+        note = "no published result yet"
+    else:
+        note = (f"~{minutes:,.0f} min to {published.result} at {published.agent_steps:,} agent steps "
+                f"({published.source})")
+    print(f"--preset {args.preset}: {sps:,.1f} agent steps/s here; {note}\n", flush=True)
+    return [{"bench": "estimate", "impl": args.preset, "num_envs": envs, "value": sps, "unit": "steps/s",
+             "note": note + (f"; {args.estimate_options}" if args.estimate_options else "")}]
