@@ -5,8 +5,9 @@ the scripts (``scripts/train.py``, ``evaluate.py``, ``plot.py``, ``tune.py``, ``
 is parsed, and each option it uses must be one of that script's parser's option strings (for
 ``tune.py``, the options after ``--`` are ``train.py``'s). Inline code that names an option alone
 (`--q-lambda`) must name an option of some script. A renamed or removed option therefore fails
-here until the docs follow. Also checked: README's size and shape, its set-up commands, and that
-every relative link points at a file (and heading) that exists.
+here until the docs follow. Also checked: README's size and shape, its set-up commands, that
+every relative link points at a file (and heading) that exists, and that the pages stay reference,
+not diary (no table cell over 200 characters, none of the words of a lab notebook).
 """
 
 from __future__ import annotations
@@ -27,11 +28,16 @@ README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 SCRIPTS = ("train", "evaluate", "plot", "tune", "benchmark")
 
-# The set-up commands of the README, kept as they are (CI's .ci/run installs the same way).
+# The README's install block after the clone and the virtualenv: exactly these two commands, PyTorch's
+# CPU build first (a plain "pip install torch" on Linux pulls several GB of CUDA libraries; CI's
+# .ci/run also installs the pinned torch before vecdqn), and its development command.
 SETUP_COMMANDS = (
-    "pip install torch==2.13.0 -e . && python scripts/train.py --preset catch",
-    'pip install torch==2.13.0 -e ".[dev,plot,ray,track,tune]" && python -m pytest',
+    "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu",
+    "pip install -e . && python scripts/train.py --preset catch",
 )
+DEV_COMMAND = 'pip install torch==2.13.0 -e ".[dev,plot,ray,track,tune]" && python -m pytest'
+# Words of a lab notebook, not of a reference: what was tried when belongs in the commit messages.
+DIARY_WORDS = ("sitting", "load average", "of the time", "another day")
 # Options of other programs that the docs name in inline code on their own (pip's, Ray's).
 FOREIGN_OPTIONS = {"--index-url", "--extra-index-url", "--head", "--address"}
 
@@ -212,8 +218,16 @@ def test_readme_shape():
     first_install = next(n for n, line in enumerate(lines, start=1) if "pip install" in line)
     assert first_install <= 40, f"the first pip install is on line {first_install}; bring it within the first 40"
     code, _ = split_markdown(text)
-    for command in SETUP_COMMANDS:
-        assert command in [line.strip() for _, line in code], f"README.md lost its set-up command: {command}"
+    assert DEV_COMMAND in [line.strip() for _, line in code], f"README.md lost its test command: {DEV_COMMAND}"
+
+
+def test_readme_installs_the_cpu_torch_in_two_commands():
+    """The first install block: clone, virtualenv, then exactly `SETUP_COMMANDS`; no CUDA PyTorch
+    arrives unasked."""
+    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S)
+    install = next(block for block in blocks if "pip install" in block)
+    pips = [line.strip() for line in install.splitlines() if line.strip().startswith("pip ")]
+    assert tuple(pips) == SETUP_COMMANDS, pips
 
 
 @pytest.mark.parametrize("path", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
@@ -222,6 +236,23 @@ def test_no_table_cell_over_200_characters(path):
     cells = [f"{n}: {cell.strip()[:40]}... ({len(cell.strip())})" for n, line in prose if line.lstrip().startswith("|")
              for cell in line.strip().strip("|").split("|") if len(cell.strip()) > 200]
     assert not cells, f"{path.name}: table cells over 200 characters (split the row):\n" + "\n".join(cells)
+
+
+def diary_words(text: str) -> list[str]:
+    """``"line: word"`` for each of `DIARY_WORDS` in ``text`` (any case, code blocks too)."""
+    return [f"{n}: {word!r} in: {line.strip()[:100]}" for n, line in enumerate(text.splitlines(), start=1)
+            for word in DIARY_WORDS if word in line.lower()]
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_no_diary_words(path):
+    found = diary_words(path.read_text())
+    assert not found, f"{path.name}: diary words (history goes to the commit messages):\n" + "\n".join(found)
+
+
+def test_the_diary_check_sees_the_words_in_any_case():
+    found = diary_words("| a | b |\n|---|---|\n| In one Sitting | Load Average 2.0 |\nthe replay OF THE TIME\n")
+    assert [entry.split(" in: ")[0] for entry in found] == ["3: 'sitting'", "3: 'load average'", "4: 'of the time'"]
 
 
 def github_slug(heading: str) -> str:
