@@ -26,11 +26,16 @@ def catch_config(tmp_path: Path, **overrides) -> Config:
 
 
 class ReplayOnly:
-    """What `vecdqn.distributed.blocks.BlockIngest` writes through, without a learner: ``store`` is
-    the replay's ``add``, ``set_priorities`` its ``update_priorities``."""
+    """What `vecdqn.distributed.blocks.BlockIngest` writes through (`vecdqn.learners.ReplayLearner`),
+    without a learner: ``store`` is the replay's ``add``, ``set_priorities`` its
+    ``update_priorities``."""
 
     def __init__(self, buffer):
         self.buffer = buffer
+        self.n_step = buffer.n_step
+
+    def start_envs(self, count):
+        self.buffer.start_envs(count)
 
     def store(self, *transitions, envs=None):
         return self.buffer.add(*transitions, envs=envs)

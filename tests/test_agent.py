@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from vecdqn.agent import DQNAgent, double_dqn_target, td_loss
+from vecdqn.dqn.agent import DQNAgent, double_dqn_target, td_loss
 from vecdqn.model import QNetwork
 from vecdqn.replay import PrioritizedReplayBuffer
 from vecdqn.staging import DeviceBatch, stage

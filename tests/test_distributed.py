@@ -455,7 +455,7 @@ def test_the_device_copy_of_the_frames_follows_the_actors_blocks(tmp_path, local
 
 def test_prefetch_never_adds_to_the_replay_while_a_draw_runs(tmp_path, local_ray, monkeypatch):
     """Finding 2: with --prefetch the blocks are stored only once the background draw is done."""
-    from vecdqn.pipeline import LearnerPipeline
+    from vecdqn.dqn.pipeline import LearnerPipeline
 
     drawing, counts = threading.Event(), {"draws": 0, "adds": 0, "overlaps": 0}
     real_draw, real_add = LearnerPipeline.draw, PrioritizedReplayBuffer.add
@@ -516,7 +516,7 @@ def test_ray_address_joins_the_running_instance(tmp_path, local_ray):
 def test_signals_held_while_ray_starts_only_stop_the_run_after():
     """Two Ctrl-C's while Ray starts must not cut the start halfway: both are recorded, the run
     stops after it; outside ``held`` a second one stops at once."""
-    from vecdqn.core import StopSignals
+    from vecdqn.signals import StopSignals
 
     with StopSignals() as stop:
         with stop.held():

@@ -12,21 +12,28 @@ PACKAGE = ROOT / "vecdqn"
 
 # module (a path under vecdqn/, without .py) -> top-level packages / vecdqn modules it must not import
 ENV_SIDE = sorted(f"envs/{path.stem}" for path in (PACKAGE / "envs").glob("*.py"))
-LEARNING = {"vecdqn.agent", "vecdqn.model", "vecdqn.replay", "vecdqn.trainer", "vecdqn.core", "vecdqn.metrics",
-            "vecdqn.config", "vecdqn.dqn", "vecdqn.pqn", "vecdqn.pipeline", "vecdqn.staging"}
+LEARNING = {"vecdqn.model", "vecdqn.replay", "vecdqn.trainer", "vecdqn.core", "vecdqn.metrics", "vecdqn.config",
+            "vecdqn.dqn", "vecdqn.pqn", "vecdqn.staging", "vecdqn.learners"}
 FORBIDDEN = {
     # config may import only plain-data modules of the package: the presets, the schedules' points,
-    # the env options (standard library only)
+    # the env options, the learners' records (standard library only)
     "config": {"torch", "numpy", "gymnasium", "ale_py", "cv2",
                *(f"vecdqn.{p.stem}" for p in PACKAGE.glob("*.py")
-                 if p.stem not in ("presets", "schedules", "__init__")),
+                 if p.stem not in ("presets", "schedules", "learners", "__init__")),
                "vecdqn.replay", "vecdqn.benchmarks", "vecdqn.envs.make", "vecdqn.envs.family", "vecdqn.envs.vector",
                "vecdqn.envs.wrappers"},
     "presets": {"torch", "numpy", "gymnasium", "ale_py", "cv2", "vecdqn"},
+    # the learners' records: what config reads of them is plain data; a learner's class is imported
+    # by name when a run makes one (torch and numpy only for type names)
+    "learners": {"gymnasium", "ale_py", "cv2", "vecdqn.config", "vecdqn.core", "vecdqn.trainer", "vecdqn.dqn",
+                 "vecdqn.pqn", "vecdqn.envs", "vecdqn.model"},
+    "signals": {"torch", "numpy", "gymnasium", "vecdqn"},
+    "collector": {"gymnasium", "ale_py", "cv2", "vecdqn.core", "vecdqn.trainer", "vecdqn.dqn", "vecdqn.pqn",
+                  "vecdqn.envs", "vecdqn.distributed"},
     "schedules": {"torch", "numpy", "gymnasium", "vecdqn"},
     "envs/options": {"torch", "numpy", "gymnasium", "ale_py", "cv2", *LEARNING, "vecdqn.envs.make"},
     "values": {"torch", "numpy", "gymnasium", "ale_py", "cv2", "vecdqn"},
-    **{f"replay/{path.stem}": {"torch", "gymnasium", "ale_py", "cv2", "vecdqn.agent", "vecdqn.model", "vecdqn.trainer"}
+    **{f"replay/{path.stem}": {"torch", "gymnasium", "ale_py", "cv2", "vecdqn.dqn", "vecdqn.model", "vecdqn.trainer"}
        for path in (PACKAGE / "replay").glob("*.py")},  # every module of the replay package
     # the env side: nothing of the learner, the run or its configuration
     **{module: {"torch", *LEARNING} for module in ENV_SIDE},
@@ -34,42 +41,42 @@ FORBIDDEN = {
     "envs/ale_direct": {"torch", "cv2", "vecdqn"},
     "acting": {"gymnasium", "ale_py", "cv2", "torch", "vecdqn"},
     "model": {"gymnasium", "ale_py", "cv2", "vecdqn.replay", "vecdqn.envs", "vecdqn.trainer"},
-    "agent": {"gymnasium", "ale_py", "cv2", "vecdqn.replay", "vecdqn.envs", "vecdqn.trainer"},
-    "dqn": {"gymnasium", "ale_py", "cv2", "vecdqn.envs", "vecdqn.trainer", "vecdqn.core", "vecdqn.pqn"},
+    "dqn/agent": {"gymnasium", "ale_py", "cv2", "vecdqn.replay", "vecdqn.envs", "vecdqn.trainer"},
+    "dqn/learner": {"gymnasium", "ale_py", "cv2", "vecdqn.envs", "vecdqn.trainer", "vecdqn.core", "vecdqn.pqn"},
     # PQN: its math needs torch alone; its learner no replay, env or run loop
     "pqn/returns": {"numpy", "gymnasium", "ale_py", "cv2", "vecdqn"},
-    "pqn/agent": {"gymnasium", "ale_py", "cv2", "vecdqn.envs", "vecdqn.replay", "vecdqn.agent", "vecdqn.core",
+    "pqn/agent": {"gymnasium", "ale_py", "cv2", "vecdqn.envs", "vecdqn.replay", "vecdqn.dqn.agent", "vecdqn.core",
                   "vecdqn.trainer", "vecdqn.config"},
-    "pqn/learner": {"gymnasium", "ale_py", "cv2", "vecdqn.envs", "vecdqn.replay", "vecdqn.agent", "vecdqn.core",
+    "pqn/learner": {"gymnasium", "ale_py", "cv2", "vecdqn.envs", "vecdqn.replay", "vecdqn.dqn.agent", "vecdqn.core",
                     "vecdqn.trainer", "vecdqn.dqn"},
-    "metrics": {"gymnasium", "ale_py", "vecdqn.agent", "vecdqn.replay", "vecdqn.trainer", "wandb"},
+    "metrics": {"gymnasium", "ale_py", "vecdqn.dqn.agent", "vecdqn.replay", "vecdqn.trainer", "wandb"},
     # wandb is optional and imported lazily, by tracking alone; it logs no scalar of its own.
-    "tracking": {"torch", "numpy", "gymnasium", "vecdqn.trainer", "vecdqn.agent", "vecdqn.replay"},
+    "tracking": {"torch", "numpy", "gymnasium", "vecdqn.trainer", "vecdqn.dqn.agent", "vecdqn.replay"},
     "evaluation": {"vecdqn.trainer", "vecdqn.replay", "vecdqn.envs.vector", "vecdqn.metrics"},
     "scores": {"torch", "numpy", "gymnasium", "ale_py", "cv2", "vecdqn"},
     # metrics imports video: no gymnasium or ale_py here either.
-    "video": {"torch", "gymnasium", "ale_py", "vecdqn.trainer", "vecdqn.replay", "vecdqn.agent", "vecdqn.metrics"},
-    "checkpoint": {"gymnasium", "ale_py", "vecdqn.trainer", "vecdqn.agent", "vecdqn.replay", "vecdqn.evaluation"},
+    "video": {"torch", "gymnasium", "ale_py", "vecdqn.trainer", "vecdqn.replay", "vecdqn.dqn.agent", "vecdqn.metrics"},
+    "checkpoint": {"gymnasium", "ale_py", "vecdqn.trainer", "vecdqn.dqn.agent", "vecdqn.replay", "vecdqn.evaluation"},
     "safe_pickle": {"torch", "gymnasium", "ale_py", "cv2", "vecdqn"},
     # the device is picked by vecdqn.staging: no learner needed for it
     "preflight": {"vecdqn.trainer", "vecdqn.cli", "vecdqn.metrics", "vecdqn.evaluation", "vecdqn.envs.vector",
-                  "vecdqn.agent"},
-    "resume": {"torch", "gymnasium", "vecdqn.trainer", "vecdqn.core", "vecdqn.agent", "vecdqn.envs.vector"},
+                  "vecdqn.dqn.agent"},
+    "resume": {"torch", "gymnasium", "vecdqn.trainer", "vecdqn.core", "vecdqn.dqn.agent", "vecdqn.envs.vector"},
     "trainer": {"vecdqn.cli", "vecdqn.benchmarks", "vecdqn.distributed", "ray"},
     "core": {"vecdqn.trainer", "vecdqn.cli", "vecdqn.benchmarks", "vecdqn.distributed", "ray"},
-    "curves": {"torch", "matplotlib", "gymnasium", "vecdqn.trainer", "vecdqn.agent"},
-    "tables": {"torch", "matplotlib", "gymnasium", "vecdqn.trainer", "vecdqn.agent", "vecdqn.metrics"},
+    "curves": {"torch", "matplotlib", "gymnasium", "vecdqn.trainer", "vecdqn.dqn.agent"},
+    "tables": {"torch", "matplotlib", "gymnasium", "vecdqn.trainer", "vecdqn.dqn.agent", "vecdqn.metrics"},
     "cli": {"vecdqn.benchmarks"},
     # Ray is optional: only the modules that need it import it, and the package itself does not.
     "distributed/__init__": {"ray", "torch", "vecdqn.distributed.pool"},  # the learner: lazily, on use
-    "distributed/blocks": {"ray", "torch", "gymnasium", "vecdqn.agent", "vecdqn.trainer"},
-    "distributed/actor": {"vecdqn.agent", "vecdqn.trainer", "vecdqn.distributed.pool"},
+    "distributed/blocks": {"ray", "torch", "gymnasium", "vecdqn.dqn.agent", "vecdqn.trainer"},
+    "distributed/actor": {"vecdqn.dqn.agent", "vecdqn.trainer", "vecdqn.distributed.pool"},
     "staging": {"gymnasium", "ale_py", "cv2", "vecdqn"},
-    "device_replay": {"gymnasium", "ale_py", "cv2", "vecdqn.agent", "vecdqn.trainer", "vecdqn.envs"},
-    "pipeline": {"gymnasium", "ale_py", "cv2", "vecdqn.trainer", "vecdqn.envs", "vecdqn.metrics"},
+    "dqn/device_replay": {"gymnasium", "ale_py", "cv2", "vecdqn.dqn.agent", "vecdqn.trainer", "vecdqn.envs"},
+    "dqn/pipeline": {"gymnasium", "ale_py", "cv2", "vecdqn.trainer", "vecdqn.envs", "vecdqn.metrics"},
     # The tuner runs trials as train.py processes: it never trains in its own process, and only
     # the study module imports Optuna (an optional extra).
-    **{f"tuning/{path.stem}": {"vecdqn.trainer", "vecdqn.agent", "vecdqn.replay", "vecdqn.metrics", "torch"}
+    **{f"tuning/{path.stem}": {"vecdqn.trainer", "vecdqn.dqn.agent", "vecdqn.replay", "vecdqn.metrics", "torch"}
        | ({"optuna"} if path.stem != "study" else set())
        for path in (PACKAGE / "tuning").glob("*.py")},
 }
@@ -77,14 +84,14 @@ FORBIDDEN = {
 
 def test_picking_a_device_does_not_load_the_learner():
     """Preflight, scripts/evaluate.py and the benchmarks' device choice import `vecdqn.staging`,
-    not `vecdqn.agent`."""
+    not `vecdqn.dqn.agent`."""
     code = ("import importlib.util, sys\n"
             "import vecdqn.preflight, vecdqn.benchmarks.learner\n"
             "spec = importlib.util.spec_from_file_location('evaluate', 'scripts/evaluate.py')\n"
             "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
             "vecdqn.benchmarks.learner.torch_threads(type('Args', (), {'torch_threads': 0, 'num_envs': 2, "
             "'device': 'cpu'})())\n"
-            "print(sorted(m for m in ('vecdqn.agent', 'vecdqn.staging') if m in sys.modules))")
+            "print(sorted(m for m in ('vecdqn.dqn.agent', 'vecdqn.staging') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[-2] == "['vecdqn.staging']"

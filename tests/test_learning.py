@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-import vecdqn.agent
+import vecdqn.dqn.agent
 from vecdqn.cli import parse_args
 from vecdqn.envs import make_env
 from vecdqn.evaluation import evaluate
@@ -60,7 +60,7 @@ def test_catch_preset_learns(tmp_path):
                         pytest.param("ignored_termination", marks=pytest.mark.slow)])
 def broken_learner(request, monkeypatch):
     """Inject a fault into the TD target that the learning test must catch."""
-    correct = vecdqn.agent.double_dqn_target
+    correct = vecdqn.dqn.agent.double_dqn_target
 
     def flipped(rewards, discounts, next_q_online, next_q_target, double=True):
         return -correct(rewards, discounts, next_q_online, next_q_target, double)
@@ -70,7 +70,7 @@ def broken_learner(request, monkeypatch):
         return correct(rewards, torch.full_like(discounts, 0.99), next_q_online, next_q_target, double)
 
     fault = {"flipped_target_sign": flipped, "ignored_termination": ignores_termination}[request.param]
-    monkeypatch.setattr(vecdqn.agent, "double_dqn_target", fault)
+    monkeypatch.setattr(vecdqn.dqn.agent, "double_dqn_target", fault)
     return request.param
 
 

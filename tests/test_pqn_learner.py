@@ -20,10 +20,11 @@ from helpers import TRAIN_ENV, TRAIN_SCRIPT, RaisingCatch, catch_config, forward
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from vecdqn import checkpoint, cli, preflight
-from vecdqn.core import Interrupted, NonFiniteError
+from vecdqn.collector import NonFiniteError
 from vecdqn.envs import WorkerError
 from vecdqn.pqn import PQNLearner
 from vecdqn.pqn.agent import PQNAgent
+from vecdqn.signals import Interrupted
 from vecdqn.train_state import TrainState
 from vecdqn.trainer import Trainer
 

@@ -14,7 +14,7 @@ from helpers import RaisingCatch, catch_config, signal_training
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from vecdqn import checkpoint
-from vecdqn.core import NonFiniteError
+from vecdqn.collector import NonFiniteError
 from vecdqn.envs import WorkerError
 from vecdqn.preflight import ConfigError
 from vecdqn.trainer import Trainer

@@ -36,6 +36,7 @@ import torch
 import vecdqn
 from vecdqn import safe_pickle
 from vecdqn.config import Config
+from vecdqn.learners import POLICY_KEY
 from vecdqn.model import QNetwork
 
 __all__ = [
@@ -176,8 +177,9 @@ class Policy:
 def load_policy(path: str | os.PathLike[str], device: torch.device | str = "cpu") -> Policy:
     """Load the online Q-network of a vecdqn checkpoint (file or run folder) onto ``device``.
 
-    The network is rebuilt from the saved ``n_actions``, ``obs_shape`` and the config's
-    ``dueling`` and ``hidden_size``, then given the weights ``agent["online"]``; it is in eval mode.
+    The network is rebuilt from the saved ``n_actions``, ``obs_shape`` and the config
+    (`QNetwork.from_config`), then given the weights under `vecdqn.learners.POLICY_KEY` of the
+    saved ``agent``; it is in eval mode.
 
     Raises:
         CheckpointError: missing, corrupt or foreign checkpoint, weights that do not fit the
@@ -240,18 +242,8 @@ def _network(state: dict[str, Any], config: Config) -> QNetwork:
         KeyError, TypeError, ValueError, RuntimeError: the saved shapes or weights do not make a
             network (`load_policy` reports them as one `CheckpointError`).
     """
-    obs_shape = tuple(int(x) for x in state["obs_shape"])
-    if len(obs_shape) != 3 or obs_shape[1] != obs_shape[2]:
-        raise ValueError(f"obs_shape {obs_shape} is not (S, size, size)")
-    network = QNetwork(
-        int(state["n_actions"]),
-        in_channels=obs_shape[0],
-        screen_size=obs_shape[1],
-        dueling=config.dueling,
-        hidden_size=config.hidden_size,
-        layer_norm=config.uses_layer_norm,
-    )
-    network.load_state_dict(state["agent"]["online"])
+    network = QNetwork.from_config(config, int(state["n_actions"]), state["obs_shape"])
+    network.load_state_dict(state["agent"][POLICY_KEY])
     return network
 
 

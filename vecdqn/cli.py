@@ -25,7 +25,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from vecdqn.config import ALGOS, Config, check_options_used, option_flag
+from vecdqn.config import Config, check_options_used, option_flag
+from vecdqn.learners import LEARNERS
 from vecdqn.presets import PRESET_SOURCES, PRESETS, check_preset
 from vecdqn.schedules import SCHEDULE_SHORTHANDS, replaced_options
 
@@ -261,7 +262,7 @@ def parse_config(argv: list[str] | None = None, *, validate: bool = True) -> tup
                          "values; give the options to change one by one (e.g. --total-steps)")
     if preset:
         own = preset_algo(preset)
-        if "algo" in given and values["algo"] in ALGOS and values["algo"] != own:
+        if "algo" in given and values["algo"] in LEARNERS and values["algo"] != own:
             fitting = sorted(name for name in PRESETS if preset_algo(name) == values["algo"])
             raise UsageError(f"--algo {values['algo']} does not fit --preset {preset}, a preset for --algo {own} "
                              f"(its options for {own} would not be used); use one of {fitting}, or no preset")
@@ -329,9 +330,10 @@ def _train(argv: list[str] | None) -> int:
     import signal
 
     from vecdqn import checkpoint
-    from vecdqn.core import Interrupted, NonFiniteError
+    from vecdqn.collector import NonFiniteError
     from vecdqn.envs import WorkerError
     from vecdqn.run_dir import write_error_log
+    from vecdqn.signals import Interrupted
 
     config, given = parse_config(argv, validate=False)  # the trainer's preflight validates it
     if config.resume:

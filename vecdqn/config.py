@@ -26,20 +26,12 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from vecdqn.envs.options import EnvOptions
-from vecdqn.presets import check_preset
+from vecdqn.learners import LEARNERS, MAX_EPOCHS, check_learner_options, learner_spec
+from vecdqn.presets import PRESETS, check_preset
 from vecdqn.schedules import parse_pairs, replaced_options
 
 # The smallest frame the Nature-DQN torso turns into at least one 1×1 feature map.
 MIN_SCREEN_SIZE = 36
-# Longest n-step return accepted (the return matrix is n x n; Rainbow, Hessel et al. 2018, uses 3).
-MAX_N_STEP = 1000
-# Most PQN epochs per rollout accepted (Gallici et al. 2025 use 2 on Atari, CleanRL 4): a rollout's
-# epochs are one uninterruptible step of the run.
-MAX_EPOCHS = 100
-
-# The learners of --algo.
-ALGOS = ("dqn", "pqn")
-
 # The rules an option can carry (each `Config` field's ``metadata["rules"]``), read through
 # `options_with` by the command line, resume, the tuner and the distributed trainer:
 RULES = {
@@ -51,11 +43,12 @@ RULES = {
     "actors_only": "used only with --actors N",
     # a trial's run folder, tracking and resume are the tuner's
     "fixed_by_tuner": "set by scripts/tune.py for each trial",
-    # each learner's own settings: the other learner would ignore them
-    "dqn_only": "used only by --algo dqn (replay, target network, its update schedule)",
-    "pqn_only": "used only by --algo pqn (rollout, Q(lambda), epochs)",
+    # changes neither what is learned nor how it is logged per agent step: runs that differ only in
+    # these and the seed are seeds of one experiment (`vecdqn.curves`)
+    "not_experiment": "not part of an experiment's definition (plots group runs over it)",
 }
-# Which env options an env uses is its family's (`vecdqn.envs.EnvFamily.options`), not a rule here.
+# Which env options an env uses is its family's (`vecdqn.envs.EnvFamily.options`), and which
+# learner uses an option its record's (`vecdqn.learners.LearnerSpec.options`): no rule here.
 
 
 def _f(default: Any, help: str, *rules: str) -> Any:  # noqa: A002 - "help" mirrors argparse
@@ -76,18 +69,13 @@ def options_with(rule: str) -> tuple[str, ...]:
 
 def check_options_used(given: set[str], config: Config) -> None:
     """Refuse options given explicitly (``given``: field names) that ``config``'s run would not use:
-    the other learner's (`options_with` ``"dqn_only"``/``"pqn_only"``), those ``"not_with_actors"``
+    another learner's own (`vecdqn.learners.check_learner_options`), those ``"not_with_actors"``
     with ``--actors``, ``"actors_only"`` without.
 
     Raises:
         ValueError: one line naming the options and what to do instead.
     """
-    other = [n for n in options_with("pqn_only" if config.algo == "dqn" else "dqn_only") if n in given]
-    if other:
-        flags, one = ", ".join(option_flag(n) for n in other), len(other) == 1
-        mine = "--algo pqn" if config.algo == "dqn" else "--algo dqn (the default)"
-        raise ValueError(f"{flags} only appl{'ies' if one else 'y'} with {mine}; --algo {config.algo} would ignore "
-                         f"{'it' if one else 'them'}: drop {'it' if one else 'them'} or change --algo")
+    check_learner_options([f.name for f in fields(Config) if f.name in given], config.algo)
     actors = config.actors
     unused = [n for n in options_with("not_with_actors" if actors else "actors_only") if n in given]
     if not unused:
@@ -115,29 +103,31 @@ class Config:
     env_id: str = _f("BreakoutNoFrameskip-v4", "gymnasium env id: an ALE game (BreakoutNoFrameskip-v4, "
                      "ALE/Breakout-v5; the wrappers always do the frame skipping) or vecdqn/Catch-v0",
           "fixed_on_resume")
-    seed: int = _f(1, "seed in [0, 2**32) of envs (env i gets seed+i), replay sampling and network init")
-    total_steps: int = _f(10_000_000, "length of the run, in agent steps summed over envs")
+    seed: int = _f(1, "seed in [0, 2**32) of envs (env i gets seed+i), replay sampling and network init",
+                   "not_experiment")
+    total_steps: int = _f(10_000_000, "length of the run, in agent steps summed over envs", "not_experiment")
     num_envs: int = _f(8, "number of envs (games) stepped together, in env worker processes (AsyncVectorEnv)",
                        "fixed_on_resume", "not_with_actors")
     envs_per_worker: int = _f(0, "envs each env worker process steps, a divisor of --num-envs (1: a process per "
                                  "env; 0: auto, the fewest workers that split the envs evenly with at least one "
                                  "per core, e.g. 64 envs on 2 cores: 2 workers of 32); the results are the same "
-                                 "for every value", "not_with_actors")
+                                 "for every value", "not_with_actors", "not_experiment")
     log_dir: str = _f("runs", "folder under which the run folder <env_id>__<seed>__<unix time> is made "
-                              "(a / in the env id becomes -)", "fixed_by_tuner")
-    run_name: str = _f("", "run folder name under --log-dir (empty: <env_id>__<seed>__<unix time>)", "fixed_by_tuner")
-    device: str = _f("auto", "torch device for the learner: auto (cuda when available), cpu, cuda, cuda:1, ...")
+                              "(a / in the env id becomes -)", "fixed_by_tuner", "not_experiment")
+    run_name: str = _f("", "run folder name under --log-dir (empty: <env_id>__<seed>__<unix time>)",
+                       "fixed_by_tuner", "not_experiment")
+    device: str = _f("auto", "torch device for the learner: auto (cuda when available), cpu, cuda, cuda:1, ...",
+                     "not_experiment")
     torch_threads: int = _f(0, "torch intra-op threads of the learner (0: all cores on a CPU learner, "
-                               "the cores the env workers leave free on a GPU)")
-    log_every: int = _f(10_000, "write scalar metrics every this many agent steps")
-    preset: str = _f("", "named set of defaults to start from: catch, pong, labml, catch-pqn or pong-pqn "
-                         "(their values and sources are listed below); explicit options win",
+                               "the cores the env workers leave free on a GPU)", "not_experiment")
+    log_every: int = _f(10_000, "write scalar metrics every this many agent steps", "not_experiment")
+    preset: str = _f("", f"named set of defaults to start from: {', '.join(PRESETS)} (their values and sources are "
+                         "listed below); explicit options win",
                      "fixed_on_resume", "fixed_by_tuner")
 
     # --- learner ------------------------------------------------------------------------------
-    algo: str = _f("dqn", "learner: dqn (double DQN, dueling head, prioritized n-step replay) or pqn (parallel "
-                          "Q-learning on the vector env: rollouts, Q(lambda) returns, no replay or target network; "
-                          "Gallici et al. 2025)", "fixed_on_resume")
+    algo: str = _f("dqn", "learner: " + "; ".join(f"{name} ({spec.summary})" for name, spec in LEARNERS.items()),
+                   "fixed_on_resume")
     layer_norm: bool | None = _f(None, "LayerNorm before every hidden ReLU of the Q-network (PQN's network; each "
                                        "conv normalized over its whole feature map); unset: on with --algo pqn, "
                                        "off with --algo dqn", "fixed_on_resume")
@@ -154,61 +144,60 @@ class Config:
 
     # --- replay -----------------------------------------------------------------------------
     buffer_size: int = _f(1_000_000, "replay capacity, in frame slots: one per transition + one per episode",
-                          "fixed_on_resume", "dqn_only")
-    per: bool = _f(True, "prioritized replay (Schaul et al. 2016); --no-per samples uniformly", "dqn_only")
-    per_alpha: float = _f(0.5, "priority exponent alpha of prioritized replay", "dqn_only")
-    per_beta_start: float = _f(0.4, "importance-sampling exponent beta at the start of learning", "dqn_only")
-    per_beta_end: float = _f(1.0, "importance-sampling exponent beta after --per-beta-steps", "dqn_only")
-    per_beta_steps: int = _f(10_000_000, "agent steps, from step 0, over which beta anneals linearly to its end value",
-                             "dqn_only")
+                          "fixed_on_resume")
+    per: bool = _f(True, "prioritized replay (Schaul et al. 2016); --no-per samples uniformly")
+    per_alpha: float = _f(0.5, "priority exponent alpha of prioritized replay")
+    per_beta_start: float = _f(0.4, "importance-sampling exponent beta at the start of learning")
+    per_beta_end: float = _f(1.0, "importance-sampling exponent beta after --per-beta-steps")
+    per_beta_steps: int = _f(10_000_000, "agent steps, from step 0, over which beta anneals linearly to its end value")
     per_beta_schedule: str = _f("", "beta as 'step:value,...' pairs in agent steps, linear between them and constant "
-                                    "after the last (replaces --per-beta-start/-end/-steps)", "dqn_only")
-    per_eps: float = _f(1e-6, "added to |TD error| to form a priority", "dqn_only")
+                                    "after the last (replaces --per-beta-start/-end/-steps)")
+    per_eps: float = _f(1e-6, "added to |TD error| to form a priority")
     n_step: int = _f(3, "n of n-step returns, in agent steps (1: one-step TD; at most 1000)",
-                     "fixed_on_resume", "dqn_only")
+                     "fixed_on_resume")
 
     # --- learner ----------------------------------------------------------------------------
-    learning_starts: int = _f(80_000, "agent steps of experience collected before the first update", "dqn_only")
-    train_frequency: int = _f(4, "one gradient update every this many agent steps", "dqn_only")
-    batch_size: int = _f(32, "transitions per gradient update", "dqn_only")
+    learning_starts: int = _f(80_000, "agent steps of experience collected before the first update")
+    train_frequency: int = _f(4, "one gradient update every this many agent steps")
+    batch_size: int = _f(32, "transitions per gradient update")
     learning_rate: float = _f(6.25e-5, "learning rate of Adam (DQN) or RAdam (PQN) (constant; see "
                                        "--learning-rate-schedule)")
     learning_rate_schedule: str = _f("", "learning rate as 'step:value,...' pairs in agent steps, linear between "
                                          "them and constant after the last (replaces --learning-rate)")
-    adam_eps: float = _f(1.5e-4, "Adam epsilon", "dqn_only")
+    adam_eps: float = _f(1.5e-4, "Adam epsilon")
     gamma: float = _f(0.99, "discount factor per agent step")
-    target_update_frequency: int = _f(8_000, "copy online to target network every this many agent steps", "dqn_only")
+    target_update_frequency: int = _f(8_000, "copy online to target network every this many agent steps")
     max_grad_norm: float = _f(10.0, "clip the global gradient norm to this (0: no clipping)")
     clip_rewards: bool = _f(True, "learn from sign(reward) (Mnih et al. 2015); logged returns stay raw")
-    double: bool = _f(True, "double-DQN target (van Hasselt et al. 2016); --no-double uses max_a Q_target", "dqn_only")
+    double: bool = _f(True, "double-DQN target (van Hasselt et al. 2016); --no-double uses max_a Q_target")
     dueling: bool = _f(True, "dueling head (Wang et al. 2016); --no-dueling uses a plain linear head",
                        "fixed_on_resume")
     hidden_size: int = _f(512, "units of the fully connected layer", "fixed_on_resume")
     compile: bool = _f(False, "torch.compile: on CUDA the update's forward and backward as CUDA graphs "
-                              "(mode reduce-overhead, static input buffers); elsewhere the Q-network", "dqn_only")
+                              "(mode reduce-overhead, static input buffers); elsewhere the Q-network", "not_experiment")
     amp: str = _f("off", "autocast the learner's forward passes: off, or bf16 (fp32 master weights and loss; "
                          "CPUs and CUDA GPUs with bf16)")
     prefetch: bool | None = _f(None, "sample the next batch on a background thread during each update; "
                                      "priorities then arrive one update late (as in Ape-X); unset: on with a CUDA "
-                                     "learner, off elsewhere (--no-prefetch: exact, synchronous)", "dqn_only")
+                                     "learner, off elsewhere (--no-prefetch: exact, synchronous)")
     overlap_forward: bool = _f(False, "CPU learner: compute the next observations' target and online Q-values on a "
                                       "second thread beside the batch's online forward pass (a core the env "
                                       "workers leave idle); the same arithmetic, so a run changes only in speed",
-  "dqn_only")
+                               "not_experiment")
     replay_device: str = _f("", "keep a copy of the replay's frames on this torch device (auto, cuda, cpu, ...) "
-                                "and gather batches there; empty: batches are copied out on the host", "dqn_only")
+                                "and gather batches there; empty: batches are copied out on the host")
 
     # --- PQN (--algo pqn; Gallici et al. 2025, Algorithm 1) ----------------------------------
     rollout_steps: int = _f(32, "vector steps per PQN rollout (T); a rollout is T x --num-envs agent steps",
-                            "pqn_only", "fixed_on_resume")
+                            "fixed_on_resume")
     q_lambda: float = _f(0.65, "lambda of PQN's Q(lambda) returns (0: one-step Q-learning targets, 1: Monte-Carlo "
-                               "returns within the rollout)", "pqn_only")
-    epochs: int = _f(2, f"passes of PQN over each rollout (at most {MAX_EPOCHS})", "pqn_only")
+                               "returns within the rollout)")
+    epochs: int = _f(2, f"passes of PQN over each rollout (at most {MAX_EPOCHS})")
     minibatches: int = _f(4, "minibatches per pass over a PQN rollout; each holds T x --num-envs / this "
-                             "transitions (must divide it)", "pqn_only")
+                             "transitions (must divide it)")
     overlap_update: bool = _f(False, "PQN: learn from rollout k on a second thread while the envs collect rollout "
                                      "k+1 with a copy of the network synced at each rollout (a one-rollout policy "
-                                     "lag; still a function of the seed)", "pqn_only")
+                                     "lag; still a function of the seed)")
 
     # --- exploration ------------------------------------------------------------------------
     epsilon_start: float = _f(1.0, "epsilon-greedy epsilon at step 0", "not_with_actors")
@@ -220,19 +209,22 @@ class Config:
                                    "--epsilon-start/-end/-decay-steps)", "not_with_actors")
 
     # --- checkpoints and evaluation -----------------------------------------------------------
-    checkpoint_every: int = _f(500_000, "write checkpoints/latest.pt every this many agent steps (0: only at the end)")
+    checkpoint_every: int = _f(500_000, "write checkpoints/latest.pt every this many agent steps (0: only at the end)",
+                               "not_experiment")
     keep_checkpoints: bool = _f(False, "also keep each periodic checkpoint as checkpoints/step_<agent step>.pt "
-                                       "(networks and counters, no replay), e.g. to evaluate them later")
-    save_replay: bool = _f(False, "also save the replay buffer with each checkpoint (for exact resume)", "dqn_only")
-    resume: str = _f("", "run folder (or checkpoint file) to continue", "fixed_by_tuner")
-    worker_timeout: float = _f(60.0, "seconds an env worker may take to answer before the run stops")
+                                       "(networks and counters, no replay), e.g. to evaluate them later",
+                                "not_experiment")
+    save_replay: bool = _f(False, "also save the replay buffer with each checkpoint (for exact resume)",
+                           "not_experiment")
+    resume: str = _f("", "run folder (or checkpoint file) to continue", "fixed_by_tuner", "not_experiment")
+    worker_timeout: float = _f(60.0, "seconds an env worker may take to answer before the run stops", "not_experiment")
     eval_every: int = _f(250_000, "evaluate greedily every this many agent steps (0: off)")
     eval_episodes: int = _f(5, "whole games per periodic evaluation")
     eval_epsilon: float = _f(0.001, "epsilon of the periodic evaluation")
 
     # --- distributed actors (Ape-X, Horgan et al. 2018; needs the ray extra) -----------------
     actors: int = _f(0, "Ray actor processes that play and feed the learner's replay (0: the single-process "
-                        "trainer with --num-envs envs; >= 1 needs pip install -e \".[ray]\")", "dqn_only")
+                        "trainer with --num-envs envs; >= 1 needs pip install -e \".[ray]\")")
     actor_envs: int = _f(2, "envs (worker processes) per actor; with --actors the replay holds --actors x "
                             "--actor-envs env rings and --num-envs is not used", "actors_only")
     ray_address: str = _f("", "Ray cluster to join ('auto': the one started by 'ray start --head' on this host, "
@@ -250,12 +242,13 @@ class Config:
     # --- tracking (Weights & Biases, through its own TensorBoard sync; needs the track extra) --
     track: bool = _f(False, "also send the run to Weights & Biases: its config, every TensorBoard scalar (same tags, "
                             "agent steps) and the evaluation videos; needs pip install -e \".[track]\" "
-                            "(WANDB_MODE=offline writes it locally for a later 'wandb sync')", "fixed_by_tuner")
-    wandb_project: str = _f("vecdqn", "Weights & Biases project of a --track run", "fixed_by_tuner")
+                            "(WANDB_MODE=offline writes it locally for a later 'wandb sync')",
+                     "fixed_by_tuner", "not_experiment")
+    wandb_project: str = _f("vecdqn", "Weights & Biases project of a --track run", "fixed_by_tuner", "not_experiment")
     wandb_entity: str = _f("", "Weights & Biases entity (user or team) of a --track run (empty: your default)",
-                           "fixed_by_tuner")
+                           "fixed_by_tuner", "not_experiment")
     wandb_group: str = _f("", "Weights & Biases group of a --track run, e.g. the seeds of one experiment or a "
-                              "tuning study (empty: none)", "fixed_by_tuner")
+                              "tuning study (empty: none)", "fixed_by_tuner", "not_experiment")
 
     def validate(self) -> None:
         """Check every value that can be checked without starting an env or torch (the device
@@ -267,8 +260,10 @@ class Config:
         _check_ranges(self)
         self.env_options().validate(option_flag)
         _check_schedules(self)
-        _check_pqn(self)
+        learner = learner_spec(self.algo)
         _check_relations(self)
+        _check_actors(self)
+        learner.check(self)
 
     def envs_per_worker_on(self, cores: int) -> int:
         """K, the envs each worker process steps on a machine of ``cores`` cores: ``envs_per_worker``,
@@ -316,8 +311,9 @@ class Config:
 
     @property
     def uses_layer_norm(self) -> bool:
-        """Whether the Q-network has LayerNorm: ``layer_norm``, or unset, on for PQN only."""
-        return self.algo == "pqn" if self.layer_norm is None else bool(self.layer_norm)
+        """Whether the Q-network has LayerNorm: ``layer_norm``, or unset, the learner's choice
+        (`vecdqn.learners.LearnerSpec.layer_norm`: on for PQN only)."""
+        return learner_spec(self.algo).layer_norm if self.layer_norm is None else bool(self.layer_norm)
 
     def env_options(self) -> EnvOptions:
         """The env preprocessing options of this run."""
@@ -426,65 +422,6 @@ def _check_relations(c: Config) -> None:
         )
     if c.preset:
         check_preset(c.preset)
-    if c.algo == "dqn":
-        _check_replay(c)
-
-
-def _check_replay(c: Config) -> None:
-    """DQN's values that must fit each other: batch and buffer, warm-up and length, the rings."""
-    if c.batch_size > c.buffer_size:
-        raise ValueError(
-            f"--batch-size {c.batch_size} is larger than --buffer-size {c.buffer_size}; "
-            "use a buffer at least as large as one batch"
-        )
-    if c.learning_starts < c.batch_size:
-        raise ValueError(
-            f"--learning-starts {c.learning_starts} is below --batch-size {c.batch_size}; "
-            "collect at least one batch of transitions before learning"
-        )
-    if c.learning_starts > c.total_steps:
-        raise ValueError(
-            f"--learning-starts {c.learning_starts} is above --total-steps {c.total_steps}; "
-            "the run would end before its first update"
-        )
-    if c.n_step > MAX_N_STEP:
-        raise ValueError(f"--n-step {c.n_step} is too long; use at most {MAX_N_STEP} (Rainbow uses 3)")
-    _check_actors(c)
-    envs, envs_said = c.env_workers()
-    ring = c.buffer_size // envs
-    if ring < 2 * c.frame_stack + c.n_step:
-        raise ValueError(
-            f"--buffer-size {c.buffer_size} split over {envs_said} leaves {ring} slots per env; "
-            f"with --frame-stack {c.frame_stack} and --n-step {c.n_step} use at least "
-            f"{envs * (2 * c.frame_stack + c.n_step)}"
-        )
-    if c.overlap_forward and c.compile:
-        raise ValueError("--overlap-forward cannot be combined with --compile (a compiled network is not called "
-                         "from two threads); drop one of them")
-
-
-def _check_pqn(c: Config) -> None:
-    """The learner's choice and PQN's options (see `Config.validate`)."""
-    if c.algo not in ALGOS:
-        raise ValueError(f"--algo {c.algo!r} is unknown; choose one of {list(ALGOS)}")
-    if c.algo != "pqn":
-        return
-    for name in ("rollout_steps", "epochs", "minibatches"):
-        if getattr(c, name) < 1:
-            raise ValueError(f"{option_flag(name)} {getattr(c, name)} must be a positive integer (>= 1)")
-    if c.epochs > MAX_EPOCHS:
-        raise ValueError(f"--epochs {c.epochs} is more than {MAX_EPOCHS} passes over each rollout; use 1 to "
-                         f"{MAX_EPOCHS} (PQN's Atari runs use 2 to 4)")
-    if not 0.0 <= c.q_lambda <= 1.0:
-        raise ValueError(f"--q-lambda {c.q_lambda} must be in [0, 1] (PQN's Atari runs use 0.65)")
-    rollout = c.rollout_steps * c.num_envs
-    if rollout % c.minibatches:
-        raise ValueError(f"--minibatches {c.minibatches} does not divide a rollout of --rollout-steps "
-                         f"{c.rollout_steps} x --num-envs {c.num_envs} = {rollout} transitions; use a divisor of "
-                         f"{rollout}")
-    if c.actors:
-        raise ValueError(f"--actors {c.actors} cannot be used with --algo pqn: PQN learns from its own vector "
-                         "env's rollouts; drop --actors")
 
 
 def _check_actors(c: Config) -> None:

@@ -37,6 +37,8 @@ import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
+from vecdqn.config import options_with
+
 TRAIN_TAG = "charts/episodic_return"
 EVAL_TAG = "eval/return_mean"
 # The run folder's subfolder of checkpoint evaluations: a TensorBoard run of its own.
@@ -44,14 +46,11 @@ CHECKPOINT_EVALS = "checkpoint-evals"
 # The window of the training curve; MetricsLogger's progress bar uses the same 100 games.
 WINDOW = 100
 
-# Options that change neither what is learned nor how it is logged per agent step: runs that
-# differ only in these and the seed are seeds of one experiment. total_steps only cuts the curve
-# short (every schedule is in absolute agent steps) and a resume may raise it.
-NOT_EXPERIMENT = frozenset({
-    "seed", "total_steps", "log_dir", "run_name", "resume", "device", "torch_threads", "compile",
-    "worker_timeout", "save_replay", "checkpoint_every", "log_every", "track", "wandb_project", "wandb_entity",
-    "wandb_group",
-})
+# Options that change neither what is learned nor how it is logged per agent step (their rule
+# "not_experiment"): runs that differ only in these and the seed are seeds of one experiment.
+# total_steps only cuts the curve short (every schedule is in absolute agent steps) and a resume
+# may raise it.
+NOT_EXPERIMENT = frozenset(options_with("not_experiment"))
 
 
 class RunError(ValueError):

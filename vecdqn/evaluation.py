@@ -54,12 +54,13 @@ from vecdqn.envs import env_family, make_env
 from vecdqn.envs.frame_tap import FrameTap
 from vecdqn.scores import HUMAN_RANDOM_SCORES, SCORE_SOURCE, game_name, human_normalized_score
 from vecdqn.values import check_int
-from vecdqn.video import BestEpisodeRecorder
+from vecdqn.video import BestEpisodeRecorder, video_for_tensorboard
 
 __all__ = [
     "EVAL_SEED_OFFSET",
     "EvalResult",
     "evaluate",
+    "evaluate_and_log",
     "periodic_eval_seed",
 ]
 
@@ -95,6 +96,8 @@ class EvalResult:
         frames: with ``record=True``, ``(T, H, W, 3) uint8`` RGB frames of the best episode (its
             reset screen, then one per emulator frame; at most ``record_max_frames``), else None.
         video_path: the mp4 of the best episode, if one was written.
+        frames_fps: frames per second that play ``frames`` (one per emulator frame) in real
+            time (`vecdqn.envs.EnvFamily.playback_fps`), or None without frames.
     """
 
     env_id: str
@@ -110,6 +113,7 @@ class EvalResult:
     length_unit: str = "frames"
     frames: np.ndarray | None = field(default=None, repr=False)
     video_path: str | None = None
+    frames_fps: float | None = None
 
     @property
     def game(self) -> str | None:
@@ -231,9 +235,10 @@ def evaluate(
     family = env_family(config.env_id)
     recorder = BestEpisodeRecorder(record, record_max_frames, video, video_fps or 60.0) if record or video else None
     env, tap = _tapped_env(config, recorder, noop_max=noop_max, max_episode_frames=max_episode_frames)
+    real_time = family.playback_fps(env)  # the env's own frame rate
     try:
         if recorder is not None and video_fps is None:
-            recorder.fps = family.playback_fps(env)  # real time: the env's own frame rate
+            recorder.fps = real_time
         actor = _make_actor(env, q_network, config, torch.device(device), epsilon, seed, fire_on_life_loss)
         returns, lengths, truncated = _play_games(env, tap, actor, recorder, episodes, seed, max_episode_frames)
     finally:
@@ -249,6 +254,27 @@ def evaluate(
         length_unit=family.length_unit,
         frames=np.stack(recorder.best) if record and recorder.best else None,
         video_path=str(video) if video is not None else None,
+        frames_fps=real_time if record and recorder.best else None,
+    )
+
+
+def evaluate_and_log(network: torch.nn.Module, c: Config, step: int, device: torch.device, logger: Any) -> None:
+    """The periodic evaluation of a run at agent step ``step``: `evaluate` in a separate,
+    non-vectorized env (the training envs untouched), then ``logger`` (a
+    `vecdqn.metrics.MetricsLogger`) gets ``eval/return_mean``, ``eval/return_std``, ``eval/hns``,
+    ``eval/video`` (the best game's first 300 agent steps at half size, played in real time:
+    `vecdqn.envs.EnvFamily.playback_fps` over the frames per agent step) and one console line."""
+    result = evaluate(network, c, episodes=c.eval_episodes, epsilon=c.eval_epsilon,
+                      seed=periodic_eval_seed(c.seed, step), device=device, record=True, record_max_frames=1_200)
+    stats = result.stats
+    logger.scalars(step, result.scalars)
+    if result.frames is not None and len(result.frames):
+        stride = env_family(c.env_id).frames_per_step(c.env_options())  # one frame per agent step
+        clip = video_for_tensorboard(result.frames, max_frames=300, scale=0.5, stride=stride)
+        logger.video("eval/video", clip, step, fps=result.frames_fps / stride)
+    logger.write(
+        f"eval at agent step {step}: return {stats['mean']:.2f} ± {stats['std']:.2f} over {stats['episodes']} "
+        "games" + (f", human-normalized {result.hns:.3f}" if result.hns is not None else "")
     )
 
 

@@ -5,8 +5,17 @@ Shape legend: ``B`` batch, ``S`` stacked frames (4), ``A`` actions.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
+
+
+if TYPE_CHECKING:
+    from vecdqn.config import Config
+
+__all__ = ["QNetwork"]
 
 
 class QNetwork(nn.Module):
@@ -72,6 +81,29 @@ class QNetwork(nn.Module):
             self.advantage = self._head(n_flat, hidden_size, n_actions)
         else:
             self.head = self._head(n_flat, hidden_size, n_actions)
+
+    @classmethod
+    def from_config(cls, config: Config, n_actions: int, obs_shape: Sequence[int] | None = None) -> QNetwork:
+        """The run's Q-network: the one place a network is built from a `Config` (both learners,
+        the Ape-X actors, the checkpoint loader and the start-up estimates use it), so training and
+        loading cannot disagree on its shape.
+
+        Args:
+            config: its ``frame_stack``, ``screen_size``, ``dueling``, ``hidden_size`` and
+                ``uses_layer_norm``.
+            n_actions: ``A``.
+            obs_shape: ``(S, H, H)`` of one observation (e.g. a checkpoint's), instead of
+                ``(frame_stack, screen_size, screen_size)``.
+
+        Raises:
+            ValueError: ``obs_shape`` is not ``(S, H, H)``, or ``n_actions < 1``.
+        """
+        shape = tuple(int(x) for x in obs_shape) if obs_shape is not None else (
+            config.frame_stack, config.screen_size, config.screen_size)
+        if len(shape) != 3 or shape[1] != shape[2]:
+            raise ValueError(f"obs_shape {shape} is not (S, H, H)")
+        return cls(n_actions, shape[0], shape[1], dueling=config.dueling, hidden_size=config.hidden_size,
+                   layer_norm=config.uses_layer_norm)
 
     def _head(self, n_in: int, hidden_size: int, n_out: int) -> nn.Sequential:
         """Linear → (LayerNorm) → ReLU → Linear."""

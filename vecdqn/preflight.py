@@ -16,10 +16,9 @@ from pathlib import Path
 import torch
 
 from vecdqn.config import Config
-from vecdqn.device_replay import check_replay_device
 from vecdqn.envs import check_env_options, make_env
+from vecdqn.learners import learner_spec
 from vecdqn.model import QNetwork
-from vecdqn.replay import PrioritizedReplayBuffer
 from vecdqn.staging import check_amp, select_device
 from vecdqn.tracking import check_wandb_names, require_wandb
 
@@ -141,6 +140,20 @@ def check_log_dir(config: Config, *, resuming: bool) -> None:
         ) from None
 
 
+def check_replay_device(buffer_bytes: int, device: torch.device) -> None:
+    """Refuse a ``--replay-device`` CUDA device without ``buffer_bytes`` of free memory.
+
+    Raises:
+        ValueError: one line with the sizes and what to change.
+    """
+    if device.type != "cuda":
+        return
+    free, _ = torch.cuda.mem_get_info(device)
+    if buffer_bytes > free:
+        raise ValueError(f"--replay-device {device}: the frames need {buffer_bytes / 2**30:.1f} GiB but "
+                         f"{free / 2**30:.1f} GiB are free there; use a smaller --buffer-size or no --replay-device")
+
+
 def check_worker_limits(config: Config) -> None:
     """Refuse more env workers than the open-file limit can hold (each worker needs a pipe),
     instead of failing halfway through starting them. Counts every env worker of the run
@@ -174,35 +187,29 @@ def _worker_processes(config: Config) -> tuple[int, str]:
 def check_memory(config: Config) -> None:
     """The replay and every env worker of the run (`Config.env_workers`) fit in the memory that
     is free now."""
-    need = replay_bytes(config) + (replay_frame_bytes(config) if config.replay_device == "cpu" else 0)
+    stored, what = learner_spec(config.algo).storage(config)
+    need = stored + (replay_frame_bytes(config) if config.replay_device == "cpu" else 0)
     games, said = config.env_workers()
     count, _ = _worker_processes(config)
     workers = count * WORKER_BYTES + (games - count) * GAME_BYTES
     free = available_memory_bytes()
     if free is not None and need + workers > free:
-        dqn = config.algo == "dqn"
-        storage = (f"--buffer-size {config.buffer_size} needs {need / 2**30:.1f} GiB for the replay" if dqn
-                   else f"a rollout of --rollout-steps {config.rollout_steps} needs {need / 2**30:.1f} GiB")
         raise ConfigError(
-            f"{storage} and {said} about {workers / 2**30:.1f} GiB for {count} env workers, but only "
-            f"{free / 2**30:.1f} GiB are free; use a smaller {'--buffer-size' if dqn else 'rollout'} "
-            "or fewer env workers"
+            f"{what} needs {need / 2**30:.1f} GiB and {said} about {workers / 2**30:.1f} GiB for {count} env "
+            f"workers, but only {free / 2**30:.1f} GiB are free; shrink {what} or use fewer env workers"
         )
 
 
 def checkpoint_bytes(config: Config, n_actions: int) -> int:
-    """Bytes of one checkpoint file, estimated: online and target networks and Adam's two moments
-    (four float32 copies of the parameters; PQN: online, RAdam's two moments and the acting copy
-    of ``--overlap-update``), plus each env's snapshot and observation (none with ``--actors``),
-    plus PQN's rollout so far (one rollout: the one being filled)."""
+    """Bytes of one checkpoint file, estimated: the learner's state
+    (`vecdqn.learners.LearnerSpec.checkpoint_bytes`: its networks and optimizer, PQN's rollout so
+    far), plus each env's snapshot and observation (none with ``--actors``)."""
     with torch.device("meta"):
-        net = QNetwork(n_actions, in_channels=config.frame_stack, screen_size=config.screen_size,
-                       dueling=config.dueling, hidden_size=config.hidden_size, layer_norm=config.uses_layer_norm)
+        net = QNetwork.from_config(config, n_actions)
     parameters = sum(p.numel() for p in net.parameters())
     per_env = 2 * config.frame_stack * config.screen_size**2 + SNAPSHOT_BYTES
     snapshotted = 0 if config.actors else config.num_envs  # the actors' games are not kept
-    rollout = _rollout_bytes(config) if config.algo == "pqn" else 0
-    return 4 * 4 * parameters + snapshotted * per_env + rollout + 2**20
+    return learner_spec(config.algo).checkpoint_bytes(config, parameters) + snapshotted * per_env + 2**20
 
 
 def check_disk(config: Config, n_actions: int) -> None:
@@ -221,19 +228,10 @@ def check_disk(config: Config, n_actions: int) -> None:
 
 
 def replay_bytes(config: Config) -> int:
-    """Bytes the run's transition storage allocates: DQN's replay buffer, or PQN's rollout
-    (``T × N`` stacked observations), two with ``--overlap-update`` (one learned from while the
-    other fills)."""
-    if config.algo == "pqn":
-        return _rollout_bytes(config) * (2 if config.overlap_update else 1)
-    return PrioritizedReplayBuffer.bytes_needed(
-        config.buffer_size, (config.frame_stack, config.screen_size, config.screen_size), n_step=config.n_step
-    )
-
-
-def _rollout_bytes(config: Config) -> int:
-    """Bytes of one PQN rollout: ``T × N`` stacked observations and their five fields."""
-    return config.rollout_steps * config.num_envs * (config.frame_stack * config.screen_size**2 + 32)
+    """Bytes the run's transition storage allocates (`vecdqn.learners.LearnerSpec.storage`):
+    DQN's replay buffer, or PQN's rollout (``T × N`` stacked observations), two with
+    ``--overlap-update`` (one learned from while the other fills)."""
+    return learner_spec(config.algo).storage(config)[0]
 
 
 def replay_frame_bytes(config: Config) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 from vecdqn import checkpoint
 from vecdqn.config import Config, check_options_used, option_flag, options_with
 from vecdqn.envs import check_family_options
+from vecdqn.learners import learner_spec
 from vecdqn.preflight import ConfigError
 from vecdqn.train_state import TrainState
 
@@ -70,7 +71,7 @@ def resume(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None
     saved = checkpoint.load_training(file)
     run_dir = file.parent.parent
     config = _continued_config(saved, dict(overrides or {}), run_dir)
-    if config.algo == "pqn":
+    if not learner_spec(config.algo).keeps_replay:
         replay, note = None, ""
     elif config.actors:
         replay, note = None, "a saved replay is not reused with --actors"

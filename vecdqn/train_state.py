@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from vecdqn.config import Config
+from vecdqn.learners import learner_spec
 
 __all__ = ["GAME_HISTORY", "TrainState", "target_syncs_due", "updates_due"]
 
@@ -79,7 +80,7 @@ class TrainState:
 
     @classmethod
     def new(cls, c: Config) -> TrainState:
-        learn_from = c.learning_starts if c.algo == "dqn" else 0  # PQN learns from its first rollout
+        learn_from = learner_spec(c.algo).learns_from(c)  # DQN: after --learning-starts; PQN: at once
         return cls(
             learn_from=learn_from, next_sync=learn_from + c.target_update_frequency,
             next_log=next_multiple(0, c.log_every), next_eval=next_multiple(0, c.eval_every),
@@ -124,14 +125,16 @@ class TrainState:
     def resumed(self, c: Config, *, with_replay: bool) -> TrainState:
         """This state, continued under ``c``: logs, evaluations and checkpoints come at the next
         multiples of ``c``'s periods, the agent steps an uninterrupted run uses (so a resumed run
-        keeps the same ``step_<N>.pt`` files); without a saved replay, a DQN run's learning waits
-        for ``learning_starts`` fresh transitions (PQN keeps no replay: it learns on)."""
+        keeps the same ``step_<N>.pt`` files); without a saved replay, a learner that keeps one
+        (`vecdqn.learners.LearnerSpec.keeps_replay`) waits as long as a new run would before it
+        learns again (DQN: ``learning_starts`` fresh transitions); PQN learns on."""
         state = dataclasses.replace(
             self, next_log=next_multiple(self.step, c.log_every), next_eval=next_multiple(self.step, c.eval_every),
             next_checkpoint=next_multiple(self.step, c.checkpoint_every),
         )
-        if not with_replay and c.algo == "dqn":
-            state.learn_from = self.step + c.learning_starts
+        spec = learner_spec(c.algo)
+        if not with_replay and spec.keeps_replay:
+            state.learn_from = self.step + spec.learns_from(c)
             state.update_offset = self.updates
             state.next_sync = state.learn_from + c.target_update_frequency
         return state

@@ -74,7 +74,7 @@ def learner_updates_per_second(batch: int, device: str, threads: int, *, dueling
     intra-op threads."""
     import torch
 
-    from vecdqn.agent import DQNAgent
+    from vecdqn.dqn.agent import DQNAgent
     from vecdqn.staging import select_device, stage
 
     torch.set_num_threads(threads)

@@ -73,9 +73,9 @@ def ms_per_update(call: Callable[[], object], seconds: float, finish: Callable[[
 def _candidates(args: argparse.Namespace, batch: int, device: str, seconds: float) -> dict[str, Callable[[], float]]:
     import torch
 
-    from vecdqn.agent import DQNAgent
-    from vecdqn.device_replay import DeviceFrames
-    from vecdqn.pipeline import LearnerPipeline
+    from vecdqn.dqn.agent import DQNAgent
+    from vecdqn.dqn.device_replay import DeviceFrames
+    from vecdqn.dqn.pipeline import LearnerPipeline
     from vecdqn.staging import stage
 
     buffer = filled_buffer(args.loop_capacity)

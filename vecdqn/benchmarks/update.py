@@ -5,7 +5,7 @@ This is the number a CPU run waits for: with one update per agent step it bounds
 steps per second. Every variant is timed in each round (see `harness.interleaved`), so the
 ``ratio`` column compares them on the same machine state; the anchor is the first variant
 (the first thread count, fp32, eager). ``--overlap-forward`` variants (``overlap``) run the
-next-observation passes on a second thread (see `vecdqn.agent`); they are not combined with
+next-observation passes on a second thread (see `vecdqn.dqn.agent`); they are not combined with
 ``--compile``, which the trainer refuses with it.
 """
 
@@ -61,7 +61,7 @@ def update_timer(n_actions: int, screen_size: int, hidden_size: int, batch: int,
     every call returns the mean milliseconds per update over at least ``seconds``."""
     import torch
 
-    from vecdqn.agent import DQNAgent
+    from vecdqn.dqn.agent import DQNAgent
     from vecdqn.staging import stage
 
     state: dict = {}

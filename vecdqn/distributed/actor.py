@@ -75,8 +75,7 @@ class Actor:
         self.actor_id, self.epsilon = actor_id, float(epsilon)
         if restarted():
             seed = (seed + os.getpid() * c.actor_envs) % 2**31
-        self.net = QNetwork(n_actions, obs_shape[0], obs_shape[1], dueling=c.dueling, hidden_size=c.hidden_size,
-                            layer_norm=c.uses_layer_norm)
+        self.net = QNetwork.from_config(c, n_actions, obs_shape)
         self.net.requires_grad_(False)
         self.weights_version = -1  # -1: its own random init, until the learner's first weights
         self.rng = np.random.default_rng(seed + 7_919 * (actor_id + 1))

@@ -21,7 +21,7 @@ import numpy as np
 from vecdqn.acting import ended_games, learner_rewards
 
 if TYPE_CHECKING:
-    from vecdqn.dqn import DQNLearner
+    from vecdqn.learners import ReplayLearner
 
 __all__ = ["Block", "BlockIngest"]
 
@@ -145,11 +145,11 @@ class BlockIngest:
     a truncation, so no n-step window spans two processes' games. Initial priorities ``|δ|``
     from the actor replace the max priority as each window completes (the replay adds its ε:
     ``p = |δ| + ε``, Horgan et al. 2018). Transitions and priorities reach the replay the way every
-    replay write does, through the learner's pipeline (`DQNLearner.store`,
-    `DQNLearner.set_priorities`).
+    replay write does, through the learner's replay seam (`vecdqn.learners.ReplayLearner`:
+    ``store`` with ``envs``, ``set_priorities``).
 
     Args:
-        learner: the DQN learner, started (its replay's N is fixed here to ``A·K``).
+        learner: a learner with a replay (DQN), started (its replay's N is fixed here to ``A·K``).
         actors, actor_envs: ``A`` and ``K``.
         clip_rewards: store ``sign(reward)`` (Mnih et al. 2015).
         prioritize: use the actors' priorities (off for uniform replay).
@@ -158,12 +158,12 @@ class BlockIngest:
         ValueError: a replay whose N is already another.
     """
 
-    def __init__(self, learner: DQNLearner, actors: int, actor_envs: int, *, clip_rewards: bool = True,
+    def __init__(self, learner: ReplayLearner, actors: int, actor_envs: int, *, clip_rewards: bool = True,
                  prioritize: bool = True):
         self.learner, self.actors, self.k = learner, actors, actor_envs
         self.clip_rewards, self.prioritize = clip_rewards, prioritize
-        self.n_step = learner.buffer.n_step
-        learner.buffer.start_envs(actors * actor_envs)
+        self.n_step = learner.n_step
+        learner.start_envs(actors * actor_envs)
         self._obs: dict[int, np.ndarray] = {}  # actor -> (K, S, H, W) obs its next step acts in
         self._held: dict[int, _Step] = {}
         self._slot_of = np.zeros((actors * actor_envs, self.n_step), dtype=np.int64)  # [env, u % n]

@@ -55,7 +55,7 @@ def start_ray(address: str, actors: int) -> bool:
     rather than wait to be scheduled).
 
     Call it inside the ``try`` whose ``finally`` calls ``ray.shutdown()``, with a Ctrl-C held for
-    after the start (`vecdqn.core.StopSignals.held`): a start cut halfway leaves processes that
+    after the start (`vecdqn.signals.StopSignals.held`): a start cut halfway leaves processes that
     nothing stops. SIGINT is blocked while Ray starts its processes, which inherit that: a Ctrl-C
     reaches a terminal's whole process group, and this process, not each of Ray's, decides how to
     stop (``ray.shutdown()`` stops them), as the env workers ignore it (`vecdqn.envs.WorkerGuard.start`).

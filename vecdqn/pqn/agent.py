@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from vecdqn.learners import POLICY_KEY
 from vecdqn.model import QNetwork
 from vecdqn.staging import check_amp, to_device
 
@@ -65,6 +67,8 @@ class PQNAgent:
             loss; see `vecdqn.staging.check_amp`).
         seed: seeds the ε-greedy generator. The network's initial weights come from torch's
             global generator: seed it before constructing the learner.
+        build: makes the network (a run's learner passes `QNetwork.from_config`); None: a
+            `QNetwork` of ``obs_shape`` and the shape arguments.
 
     Raises:
         ValueError: ``obs_shape`` not ``(S, H, H)``, ``amp`` that ``device`` cannot run, or a
@@ -84,6 +88,7 @@ class PQNAgent:
         layer_norm: bool = True,
         amp: str = "off",
         seed: int | None = None,
+        build: Callable[[], QNetwork] | None = None,
     ):
         obs_shape = tuple(int(x) for x in obs_shape)
         if len(obs_shape) != 3 or obs_shape[1] != obs_shape[2]:
@@ -96,9 +101,10 @@ class PQNAgent:
         self.device = device
         self.max_grad_norm = max_grad_norm
         self.amp_dtype = check_amp(device, amp)
-        # Named as DQNAgent's online network, so a checkpoint's agent["online"] holds it for either.
-        self.online = QNetwork(n_actions, obs_shape[0], obs_shape[1], dueling=dueling, hidden_size=hidden_size,
-                               layer_norm=layer_norm).to(device)
+        # Saved under vecdqn.learners.POLICY_KEY, where evaluation and the actors load a policy.
+        self.online = (build() if build is not None else QNetwork(
+            n_actions, obs_shape[0], obs_shape[1], dueling=dueling, hidden_size=hidden_size, layer_norm=layer_norm)
+        ).to(device)
         self.optimizer = torch.optim.RAdam(self.online.parameters(), lr=learning_rate)
         self.rng = np.random.default_rng(seed)
 
@@ -231,11 +237,11 @@ class PQNAgent:
     def state_dict(self) -> dict[str, Any]:
         """``{"online", "optimizer", "rng"}``: the network's and RAdam's state dicts and the
         ε-greedy generator's state; with the caller's shuffle generator, enough to resume exactly."""
-        return {"online": self.online.state_dict(), "optimizer": self.optimizer.state_dict(),
+        return {POLICY_KEY: self.online.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "rng": self.rng.bit_generator.state}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state_dict`'s result (a network of the same shape)."""
-        self.online.load_state_dict(state["online"])
+        self.online.load_state_dict(state[POLICY_KEY])
         self.optimizer.load_state_dict(state["optimizer"])
         self.rng.bit_generator.state = state["rng"]

@@ -1,4 +1,4 @@
-"""`PQNLearner`: PQN behind the interface every learner offers the training core (`vecdqn.core`).
+"""`PQNLearner`: PQN behind the seam every learner offers the training core (`vecdqn.learners.Learner`).
 
 Shape legend: ``T`` rollout steps (``--rollout-steps``), ``N`` envs, ``S`` stacked frames,
 ``H×W`` a frame, ``A`` actions.
@@ -47,6 +47,8 @@ import torch
 
 from vecdqn.acting import epsilon_greedy
 from vecdqn.config import Config
+from vecdqn.learners import POLICY_KEY
+from vecdqn.model import QNetwork
 from vecdqn.pqn.agent import PQNAgent
 from vecdqn.pqn.returns import lambda_returns
 from vecdqn.schedules import Schedules
@@ -77,8 +79,8 @@ class PQNLearner:
         c = self.config = config
         self.schedules = Schedules.from_config(c)
         self.agent = PQNAgent(n_actions, obs_shape, device, learning_rate=self.schedules.learning_rate(0),
-                              max_grad_norm=c.max_grad_norm, dueling=c.dueling, hidden_size=c.hidden_size,
-                              layer_norm=c.uses_layer_norm, amp=c.amp, seed=c.seed + 1)
+                              max_grad_norm=c.max_grad_norm, amp=c.amp, seed=c.seed + 1,
+                              build=lambda: QNetwork.from_config(c, n_actions, obs_shape))
         self.shuffle = np.random.default_rng(c.seed + 2)  # the minibatches' shuffles
         t, n = c.rollout_steps, c.num_envs
         self.rollout = {name: np.zeros((t, n, *obs_shape) if name == "obs" else (t, n), dtype=dtype)
@@ -105,8 +107,12 @@ class PQNLearner:
 
     @property
     def network(self) -> torch.nn.Module:
-        """The Q-network, its update in flight done: ``(B, S, H, W) uint8 -> (B, A) float32``."""
-        self._finish(deliver=False)
+        """The Q-network, ``(B, S, H, W) uint8 -> (B, A) float32``.
+
+        Raises:
+            RuntimeError: an update is in flight (``overlap_update``): call `sync` first.
+        """
+        self._check_synced("network")
         return self.agent.online
 
     @property
@@ -117,14 +123,14 @@ class PQNLearner:
     def obs_shape(self) -> tuple[int, ...]:
         return self.agent.obs_shape
 
-    def restore(self, saved: dict[str, Any], replay: Any) -> None:
+    def restore(self, saved: dict[str, Any]) -> None:
         """Load a checkpoint's `state_dict` (network, RAdam, generators, the rollout so far, the last
         learned rollout's scalars)."""
         self.agent.load_state_dict(saved)
         self._scalars = dict(saved.get("scalars", {}))
         self._held = saved.get("held")
         if self.acting is not None:
-            self.acting.load_state_dict(saved.get("acting", saved["online"]))
+            self.acting.load_state_dict(saved.get("acting", saved[POLICY_KEY]))
         self.shuffle.bit_generator.state = saved["shuffle"]
         self.t = int(saved["t"])
         for name in ROLLOUT:
@@ -170,7 +176,7 @@ class PQNLearner:
 
     # -- learning -----------------------------------------------------------------------------------
     def store(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
-              terminated: np.ndarray, truncated: np.ndarray, envs: Any = None) -> np.ndarray:
+              terminated: np.ndarray, truncated: np.ndarray) -> np.ndarray:
         """Row ``t`` of the rollout: ``obs (N, S, H, W) uint8``, ``actions (N,) int64``, ``rewards
         (N,)`` (clipped for learning), ``next_obs`` (the final observations where a step ended an
         episode; `vecdqn.acting.stored_next_obs`), ``terminated``/``truncated (N,) bool``. The ended
@@ -178,12 +184,11 @@ class PQNLearner:
         Returns the row's ``(N,) int64`` positions ``t·N + i`` in the rollout.
 
         Raises:
-            RuntimeError: the rollout is full (`learn` did not run) or ``envs`` is given (the
-                rollout takes all N envs at once).
+            RuntimeError: the rollout is full (`learn` did not run).
         """
-        if envs is not None or self.t >= self.config.rollout_steps:
-            raise RuntimeError("PQNLearner.store takes one whole vector step into a rollout with room; "
-                               f"row {self.t} of {self.config.rollout_steps}, envs={envs!r}")
+        if self.t >= self.config.rollout_steps:
+            raise RuntimeError("PQNLearner.store takes one vector step into a rollout with room; the rollout "
+                               f"holds {self.t} of {self.config.rollout_steps} rows")
         r, t, n = self.rollout, self.t, obs.shape[0]
         r["obs"][t], r["actions"][t], r["rewards"][t] = obs, actions, rewards
         r["terminated"][t], r["truncated"][t] = terminated, truncated
@@ -204,8 +209,8 @@ class PQNLearner:
 
         Raises:
             NonFiniteError: from ``report``, for an update whose loss or mean Q-value is NaN or
-                infinite; with ``overlap_update`` also from whatever waits for that update next
-                (`network` for an evaluation, `state_dict` for a checkpoint), before it is used.
+                infinite; with ``overlap_update`` from the next `learn` or `sync` (before an
+                evaluation or a checkpoint), whichever waits for that update first.
         """
         c = self.config
         self._report = report
@@ -247,9 +252,22 @@ class PQNLearner:
             self._scalars["pqn/rollout_sps"] = rollout_sps
             self._collect_start = done
 
+    def sync(self) -> None:
+        """Wait for the update in flight (``overlap_update``; nothing otherwise), so that `network`
+        and `state_dict` show it. Its metrics wait for the next `learn` (see `_finish`).
+
+        Raises:
+            NonFiniteError: from the ``report`` of the last `learn`, for a non-finite update.
+        """
+        self._finish(deliver=False)
+
+    def _check_synced(self, what: str) -> None:
+        if self._pending is not None:
+            raise RuntimeError(f"PQNLearner.{what} read while an update is in flight; call sync() first")
+
     def _finish(self, deliver: bool = True) -> None:
-        """Wait for the update in flight (if any), whoever waits: the next `learn`, an evaluation
-        (`network`) or a checkpoint (`state_dict`). Its metrics (to ``report``) and scalars are
+        """Wait for the update in flight (if any), whoever waits: the next `learn` or `sync` (an
+        evaluation's, a checkpoint's). Its metrics (to ``report``) and scalars are
         delivered by `learn` alone (``deliver``), so the logs are the same wherever evaluations,
         checkpoints or a resume fall; until then they are held, and a checkpoint keeps them. A
         non-finite update is reported at once, whoever waits: it stops the run before its weights
@@ -274,20 +292,20 @@ class PQNLearner:
 
     # -- checkpoints --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The agent's state (``online``, ``optimizer``, ``rng``: network, RAdam, ε generator; its
-        update in flight done first), the acting copy (``overlap_update``), the shuffle generator,
+        """The agent's state (``online``, ``optimizer``, ``rng``: network, RAdam, ε generator), the
+        acting copy (``overlap_update``), the shuffle generator,
         the rollout so far (as tensors) and the last learned rollout's `scalars` (a resumed run
         logs them as an uninterrupted one would), with the metrics of an update done but not yet
-        delivered (``overlap_update``; see `_finish`)."""
-        self._finish(deliver=False)
+        delivered (``overlap_update``; see `_finish`). After `sync`.
+
+        Raises:
+            RuntimeError: an update is in flight: call `sync` first.
+        """
+        self._check_synced("state_dict")
         acting = {} if self.acting is None else {"acting": self.acting.state_dict()}
         return {**self.agent.state_dict(), **acting, "shuffle": self.shuffle.bit_generator.state, "t": self.t,
                 "rollout": {name: torch.from_numpy(array.copy()) for name, array in self.rollout.items()},
                 "scalars": dict(self._scalars), "held": self._held}
-
-    def replay(self) -> None:
-        """None: PQN keeps no replay."""
-        return None
 
     def close(self) -> None:
         """Stop the update thread (``overlap_update``) without waiting for the rest of an update in

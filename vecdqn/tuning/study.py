@@ -39,6 +39,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
+from vecdqn.signals import Handlers
 from vecdqn.tuning import StudyError, liveness
 from vecdqn.tuning.space import Dimension
 from vecdqn.tuning.storage import hide_passwords, is_opening_race, opening_lock, shown_url, sqlite_folder
@@ -303,18 +304,15 @@ class TrialRunner:
         self.grace_s = grace_s
         self.signum: int | None = None
         self.current: TrialProcess | None = None
-        self._previous: dict[int, Any] = {}
+        self._handlers = Handlers(self._on_signal)
 
     # -- signals -----------------------------------------------------------------------------------
     def install(self) -> None:
         """Handle SIGINT/SIGTERM: forward them to a running trial, else stop at once."""
-        for s in (signal.SIGINT, signal.SIGTERM):
-            self._previous[s] = signal.signal(s, self._on_signal)
+        self._handlers.install()
 
     def uninstall(self) -> None:
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
-        self._previous.clear()
+        self._handlers.uninstall()
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self.signum is None:

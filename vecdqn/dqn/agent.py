@@ -20,6 +20,7 @@ the same arithmetic on either thread, so the update's results are bit for bit th
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -29,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vecdqn.acting import epsilon_greedy
+from vecdqn.learners import POLICY_KEY
 from vecdqn.model import QNetwork
 from vecdqn.staging import DeviceBatch, PendingUpdate, check_amp, on_device, to_device
 
@@ -110,6 +112,8 @@ class DQNAgent:
         learning_rate, adam_eps: Adam's settings.
         max_grad_norm: global gradient-norm clip (0 disables).
         double: double-DQN target; dueling, hidden_size, layer_norm: network shape (see `QNetwork`).
+        build: makes each of its two networks, online then target (a run's learner passes
+            `QNetwork.from_config`); None: a `QNetwork` of ``obs_shape`` and the shape arguments.
         seed: seeds the exploration generator (network init uses torch's global generator,
             seeded by the trainer).
         compile: on CUDA, `loss_terms` (forward and backward) as CUDA graphs through
@@ -145,6 +149,7 @@ class DQNAgent:
         fuse_forward: bool | None = None,
         overlap_forward: bool = False,
         layer_norm: bool = False,
+        build: Callable[[], QNetwork] | None = None,
     ):
         if overlap_forward and compile:
             raise ValueError("DQNAgent: overlap_forward=True cannot be combined with compile=True "
@@ -154,10 +159,10 @@ class DQNAgent:
         self.device = device
         self.double = double
         self.max_grad_norm = max_grad_norm
-        net_kwargs = dict(in_channels=obs_shape[0], screen_size=obs_shape[1], dueling=dueling,
-                          hidden_size=hidden_size, layer_norm=layer_norm)
-        self.online = QNetwork(n_actions, **net_kwargs).to(device).channels_last()
-        self.target = QNetwork(n_actions, **net_kwargs).to(device).channels_last()
+        build = build or (lambda: QNetwork(n_actions, obs_shape[0], obs_shape[1], dueling=dueling,
+                                           hidden_size=hidden_size, layer_norm=layer_norm))
+        self.online = build().to(device).channels_last()
+        self.target = build().to(device).channels_last()
         self.target.load_state_dict(self.online.state_dict())
         self.target.requires_grad_(False)
         self.optimizer = _adam(self.online.parameters(), lr=learning_rate, eps=adam_eps)
@@ -328,14 +333,14 @@ class DQNAgent:
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "online": self.online.state_dict(),
+            POLICY_KEY: self.online.state_dict(),
             "target": self.target.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "rng": self.rng.bit_generator.state,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.online.load_state_dict(state["online"])
+        self.online.load_state_dict(state[POLICY_KEY])
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.rng.bit_generator.state = state["rng"]

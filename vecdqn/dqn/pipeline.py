@@ -41,8 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from vecdqn.agent import DQNAgent
-from vecdqn.device_replay import DeviceFrames
+from vecdqn.dqn.agent import DQNAgent
+from vecdqn.dqn.device_replay import DeviceFrames
 from vecdqn.replay import PrioritizedReplayBuffer
 from vecdqn.staging import DeviceBatch, PendingUpdate, stage
 

@@ -24,24 +24,10 @@ import torch
 from vecdqn.replay import PrioritizedReplayBuffer, ReplaySlots
 from vecdqn.staging import FIELD_DTYPES, DeviceBatch, to_device
 
-__all__ = ["DeviceFrames", "check_replay_device"]
+__all__ = ["DeviceFrames"]
 
 # Slots copied per transfer when the whole storage is copied (64 MiB of 84×84 frames).
 CHUNK_SLOTS = 8192
-
-
-def check_replay_device(buffer_bytes: int, device: torch.device) -> None:
-    """Refuse a ``--replay-device`` CUDA device without ``buffer_bytes`` of free memory.
-
-    Raises:
-        ValueError: one line with the sizes and what to change.
-    """
-    if device.type != "cuda":
-        return
-    free, _ = torch.cuda.mem_get_info(device)
-    if buffer_bytes > free:
-        raise ValueError(f"--replay-device {device}: the frames need {buffer_bytes / 2**30:.1f} GiB but "
-                         f"{free / 2**30:.1f} GiB are free there; use a smaller --buffer-size or no --replay-device")
 
 
 class DeviceFrames:

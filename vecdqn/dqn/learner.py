@@ -4,7 +4,7 @@ pipeline between them, behind the interface every learner offers the training co
 Shape legend: ``N`` transitions per store (one per env), ``S`` stacked frames, ``H×W`` a frame,
 ``A`` actions.
 
-What a vector step does here (the core calls these; see `vecdqn.core`)::
+What a vector step does here (the core calls these; the seam: `vecdqn.learners.Learner`)::
 
     act(obs, step)          ε-greedy over the online network (ε from its schedule)
     learn(state, k, report) the updates due for k agent steps (one every train_frequency from
@@ -23,10 +23,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from vecdqn.agent import DQNAgent
 from vecdqn.config import Config
-from vecdqn.device_replay import DeviceFrames
-from vecdqn.pipeline import LearnerPipeline
+from vecdqn.dqn.agent import DQNAgent
+from vecdqn.dqn.device_replay import DeviceFrames
+from vecdqn.dqn.pipeline import LearnerPipeline
+from vecdqn.model import QNetwork
 from vecdqn.replay import PrioritizedReplayBuffer
 from vecdqn.schedules import Schedules
 from vecdqn.staging import select_device
@@ -57,9 +58,9 @@ class DQNLearner:
         )
         self.agent = DQNAgent(
             n_actions, obs_shape, device, learning_rate=self.schedules.learning_rate(0),
-            adam_eps=c.adam_eps, max_grad_norm=c.max_grad_norm, double=c.double, dueling=c.dueling,
-            hidden_size=c.hidden_size, seed=c.seed + 1, compile=c.compile, amp=c.amp,
-            overlap_forward=c.overlap_forward, layer_norm=c.uses_layer_norm,
+            adam_eps=c.adam_eps, max_grad_norm=c.max_grad_norm, double=c.double, seed=c.seed + 1,
+            compile=c.compile, amp=c.amp,
+            overlap_forward=c.overlap_forward, build=lambda: QNetwork.from_config(c, n_actions, obs_shape),
         )
         self.pipeline: LearnerPipeline | None = None
 
@@ -76,11 +77,23 @@ class DQNLearner:
     def obs_shape(self) -> tuple[int, ...]:
         return self.agent.obs_shape
 
-    def restore(self, saved: dict[str, Any], replay: PrioritizedReplayBuffer | None) -> None:
-        """Load a checkpoint's learner state (`state_dict`) and, if given, its saved replay."""
+    @property
+    def n_step(self) -> int:
+        """The replay's n of its n-step returns."""
+        return self.buffer.n_step
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        """Load a checkpoint's learner state (`state_dict`)."""
         self.agent.load_state_dict(saved)
-        if replay is not None:
-            self.buffer = replay
+
+    def restore_replay(self, replay: PrioritizedReplayBuffer) -> None:
+        """Continue with a saved replay (before `start`, which builds the pipeline over it)."""
+        self.buffer = replay
+
+    def start_envs(self, count: int) -> None:
+        """The replay takes ``count`` env streams (`PrioritizedReplayBuffer.start_envs`), e.g. the
+        Ape-X actors' envs."""
+        self.buffer.start_envs(count)
 
     def start(self) -> None:
         """Build the pipeline (after `restore`, which may replace the buffer)."""
@@ -134,6 +147,10 @@ class DQNLearner:
         syncs, s.next_sync = target_syncs_due(s.step, agent_steps, s.next_sync, c.target_update_frequency)
         if syncs:
             self.agent.sync_target()
+
+    def sync(self) -> None:
+        """Nothing in flight: each update ends before `learn` returns (a prefetch thread only draws
+        the next batch)."""
 
     def scalars(self, step: int) -> dict[str, float]:
         """``charts/beta``, ``charts/learning_rate`` (the schedule's at ``step``: what an update at

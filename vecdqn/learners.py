@@ -1,0 +1,322 @@
+"""The learners: the seam between the training core and a learner, and one record per learner.
+
+Everything that depends on which learner runs (``--algo``) asks that learner's `LearnerSpec`
+here (`learner_spec`), never its name: the command line, the config's checks, preflight's
+memory and disk estimates, the `vecdqn.train_state.TrainState`, resume, checkpoint loading and
+the core. A learner is a package (``vecdqn/dqn/``, ``vecdqn/pqn/``) and one record in
+`LEARNERS`; `register` adds one at run time.
+
+The seam (`Learner`), in the order the core calls it::
+
+    learner = Class(config, device, obs_shape, n_actions)
+    learner.restore(saved)           on resume: a checkpoint's state_dict (ReplayLearner: then
+    learner.restore_replay(replay)   the saved replay, when there is one)
+    learner.start()
+    learner.new_games()              whenever the collector starts new games (a new run too)
+    each collect:  act(obs, step) ─ store(transitions) ─ learn(state, k, report)
+                   (store then learn then act on the vector collector: a learner whose targets
+                   need the next observation's values, as PQN's, completes them in that act and
+                   learns nothing until it has)
+    learner.sync()                   before every evaluation, checkpoint or weight broadcast:
+                                     any update in flight is done, a non-finite one raised here
+    learner.network / state_dict()   read only after sync
+    learner.close()
+
+Sources: DQN (Mnih et al. 2015; van Hasselt et al. 2016; Wang et al. 2016; Schaul et al. 2016;
+Hessel et al. 2018) in `vecdqn.dqn`; PQN (Gallici et al. 2025) in `vecdqn.pqn`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+__all__ = ["LEARNERS", "POLICY_KEY", "Learner", "LearnerSpec", "ReplayLearner", "check_learner_options",
+           "learner_spec", "make_learner", "register"]
+
+# The key of a learner's `Learner.state_dict` (and so of a checkpoint's ``agent``) that holds the
+# greedy policy's network weights: what evaluation, the actors and `vecdqn.checkpoint` load.
+POLICY_KEY = "online"
+
+
+class Learner(Protocol):
+    """What the training core asks of every learner (see the module for the call order). Counts
+    live in the core's `vecdqn.train_state.TrainState`, which `learn` reads and updates
+    (``updates``, a target network's clock)."""
+
+    n_actions: int
+    obs_shape: tuple[int, ...]
+
+    @property
+    def network(self) -> torch.nn.Module:
+        """The greedy policy's Q-network, ``(B, S, H, W) uint8 -> (B, A) float32``; after `sync`."""
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        """Load a checkpoint's `state_dict`."""
+
+    def start(self) -> None:
+        """Ready to act and learn (after any `restore`)."""
+
+    def new_games(self) -> str | None:
+        """The collector starts new games (after `start`, before the first `act`): a new run, or a
+        resume that cannot continue the saved games; what the learner holds of old games must not
+        continue into the new ones. Returns a line for the console, or None."""
+
+    def epsilon(self, step: int) -> float:
+        """The exploration rate of its actions at agent step ``step``."""
+
+    def act(self, obs: np.ndarray, step: int) -> np.ndarray:
+        """``(N, S, H, W) uint8 -> (N,) int64`` actions at agent step ``step``."""
+
+    def store(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
+              terminated: np.ndarray, truncated: np.ndarray) -> np.ndarray:
+        """One vector step of N envs: ``obs``/``next_obs (N, S, H, W) uint8`` (``next_obs`` the
+        final observation where a step ended an episode), ``actions (N,) int64``, ``rewards (N,)``
+        float (for learning: clipped), ``terminated``/``truncated (N,) bool``. Returns where it
+        filed them, ``(N,) int64``."""
+
+    def learn(self, state: Any, agent_steps: int, report: Callable[[dict[str, float]], None]) -> None:
+        """Learn what is due for ``agent_steps`` more agent steps; each update's metrics
+        (``td_loss``, ``q_values``, ...) to ``report``, which raises on a non-finite one."""
+
+    def sync(self) -> None:
+        """Finish any update in flight (its metrics wait for the next `learn`), so that `network`
+        and `state_dict` show it.
+
+        Raises:
+            vecdqn.collector.NonFiniteError: that update's loss or mean Q-value is NaN or infinite.
+        """
+
+    def scalars(self, step: int) -> dict[str, float]:
+        """Its own TensorBoard scalars at agent step ``step``."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of it (networks, optimizer, generators); the policy's weights
+        under `POLICY_KEY`. After `sync`."""
+
+    def close(self) -> None:
+        """Stop its threads."""
+
+
+class ReplayLearner(Learner, Protocol):
+    """A learner that keeps a replay: transitions may come from any env stream (Ape-X's actors
+    feed it through `vecdqn.distributed.blocks.BlockIngest`), with priorities set from outside,
+    and ``--save-replay`` keeps the replay beside a checkpoint."""
+
+    n_step: int  # the replay's n of its n-step returns
+
+    def start_envs(self, count: int) -> None:
+        """The replay takes ``count`` env streams (its N)."""
+
+    def store(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
+              terminated: np.ndarray, truncated: np.ndarray, envs: Any = None) -> np.ndarray:
+        """As `Learner.store`, for the env streams ``envs`` (None: all N, in order)."""
+
+    def set_priorities(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
+        """Priorities ``|δ| + ε`` of the ``(M,)`` replay slots ``slots``."""
+
+    def replay(self) -> Any:
+        """The replay, for a checkpoint with ``--save-replay``."""
+
+    def restore_replay(self, replay: Any) -> None:
+        """Continue with a saved replay (after `restore`, before `start`)."""
+
+
+@dataclass(frozen=True)
+class LearnerSpec:
+    """One learner's record.
+
+    Attributes:
+        name: its ``--algo`` value.
+        summary: one phrase for ``--help``.
+        learner: ``"module:Class"`` of its `Learner` (imported when a run makes one), built as
+            ``Class(config, device, obs_shape, n_actions)``.
+        options: the `vecdqn.config.Config` fields it uses that other learners do not (options
+            no record lists are every learner's); given explicitly to another learner's run,
+            they are refused (`check_learner_options`).
+        check: raises ValueError, naming the option, for values of its options that cannot run.
+        learns_from: the agent step of its first update in a new run.
+        keeps_replay: a `ReplayLearner` (``--save-replay``, ``--actors`` and a resume's replay).
+        layer_norm: whether its network has LayerNorm when ``--layer-norm`` is not given.
+        storage: ``(bytes, what)``: the memory its transitions take and the options that size it.
+        checkpoint_bytes: the bytes of its `Learner.state_dict` given the network's parameter count.
+    """
+
+    name: str
+    summary: str
+    learner: str
+    options: frozenset[str]
+    check: Callable[[Any], None]
+    learns_from: Callable[[Any], int]
+    keeps_replay: bool
+    layer_norm: bool
+    storage: Callable[[Any], tuple[int, str]]
+    checkpoint_bytes: Callable[[Any, int], int]
+
+    def load(self) -> type:
+        """Its `Learner` class."""
+        module, _, name = self.learner.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+# -- DQN ---------------------------------------------------------------------------------------------
+# Longest n-step return accepted (the return matrix is n x n; Rainbow, Hessel et al. 2018, uses 3).
+MAX_N_STEP = 1000
+
+
+def _check_dqn(c: Any) -> None:
+    """Batch and buffer, warm-up and length, the replay's rings per env, the update's threads."""
+    if c.batch_size > c.buffer_size:
+        raise ValueError(f"--batch-size {c.batch_size} is larger than --buffer-size {c.buffer_size}; use a buffer "
+                         "at least as large as one batch")
+    if c.learning_starts < c.batch_size:
+        raise ValueError(f"--learning-starts {c.learning_starts} is below --batch-size {c.batch_size}; collect at "
+                         "least one batch of transitions before learning")
+    if c.learning_starts > c.total_steps:
+        raise ValueError(f"--learning-starts {c.learning_starts} is above --total-steps {c.total_steps}; the run "
+                         "would end before its first update")
+    if c.n_step > MAX_N_STEP:
+        raise ValueError(f"--n-step {c.n_step} is too long; use at most {MAX_N_STEP} (Rainbow uses 3)")
+    envs, envs_said = c.env_workers()
+    ring = c.buffer_size // envs
+    if ring < 2 * c.frame_stack + c.n_step:
+        raise ValueError(f"--buffer-size {c.buffer_size} split over {envs_said} leaves {ring} slots per env; with "
+                         f"--frame-stack {c.frame_stack} and --n-step {c.n_step} use at least "
+                         f"{envs * (2 * c.frame_stack + c.n_step)}")
+    if c.overlap_forward and c.compile:
+        raise ValueError("--overlap-forward cannot be combined with --compile (a compiled network is not called "
+                         "from two threads); drop one of them")
+
+
+def _dqn_storage(c: Any) -> tuple[int, str]:
+    from vecdqn.replay import PrioritizedReplayBuffer
+
+    size = PrioritizedReplayBuffer.bytes_needed(c.buffer_size, (c.frame_stack, c.screen_size, c.screen_size),
+                                                n_step=c.n_step)
+    return size, f"the replay of --buffer-size {c.buffer_size}"
+
+
+# -- PQN ---------------------------------------------------------------------------------------------
+# Most PQN epochs per rollout accepted (Gallici et al. 2025 use 2 on Atari, CleanRL 4): a rollout's
+# epochs are one uninterruptible step of the run.
+MAX_EPOCHS = 100
+
+
+def _check_pqn(c: Any) -> None:
+    """Rollout, epochs and minibatches, λ; no Ape-X actors."""
+    for name in ("rollout_steps", "epochs", "minibatches"):
+        if getattr(c, name) < 1:
+            raise ValueError(f"{_flag(name)} {getattr(c, name)} must be a positive integer (>= 1)")
+    if c.epochs > MAX_EPOCHS:
+        raise ValueError(f"--epochs {c.epochs} is more than {MAX_EPOCHS} passes over each rollout; use 1 to "
+                         f"{MAX_EPOCHS} (PQN's Atari runs use 2 to 4)")
+    if not 0.0 <= c.q_lambda <= 1.0:
+        raise ValueError(f"--q-lambda {c.q_lambda} must be in [0, 1] (PQN's Atari runs use 0.65)")
+    rollout = c.rollout_steps * c.num_envs
+    if rollout % c.minibatches:
+        raise ValueError(f"--minibatches {c.minibatches} does not divide a rollout of --rollout-steps "
+                         f"{c.rollout_steps} x --num-envs {c.num_envs} = {rollout} transitions; use a divisor of "
+                         f"{rollout}")
+    if c.actors:
+        raise ValueError(f"--actors {c.actors} cannot be used with --algo pqn: PQN learns from its own vector "
+                         "env's rollouts; drop --actors")
+
+
+def rollout_bytes(c: Any) -> int:
+    """Bytes of one PQN rollout: ``T × N`` stacked observations and their five fields."""
+    return c.rollout_steps * c.num_envs * (c.frame_stack * c.screen_size**2 + 32)
+
+
+def _pqn_storage(c: Any) -> tuple[int, str]:
+    rollouts = 2 if c.overlap_update else 1  # with --overlap-update one is learned from while one fills
+    said = f"{'two rollouts (--overlap-update)' if rollouts == 2 else 'a rollout'} of --rollout-steps {c.rollout_steps}"
+    return rollouts * rollout_bytes(c), said
+
+
+LEARNERS: dict[str, LearnerSpec] = {}
+
+
+def register(spec: LearnerSpec) -> LearnerSpec:
+    """Add ``spec`` to `LEARNERS` (``--algo spec.name``); returns it.
+
+    Raises:
+        ValueError: a learner of that name exists already.
+    """
+    if spec.name in LEARNERS:
+        raise ValueError(f"a learner named {spec.name!r} is registered already")
+    LEARNERS[spec.name] = spec
+    return spec
+
+
+register(LearnerSpec(
+    name="dqn", summary="double DQN, dueling head, prioritized n-step replay", learner="vecdqn.dqn:DQNLearner",
+    options=frozenset({"buffer_size", "per", "per_alpha", "per_beta_start", "per_beta_end", "per_beta_steps",
+                       "per_beta_schedule", "per_eps", "n_step", "learning_starts", "train_frequency", "batch_size",
+                       "adam_eps", "target_update_frequency", "double", "compile", "prefetch", "overlap_forward",
+                       "replay_device", "save_replay", "actors"}),
+    check=_check_dqn, learns_from=lambda c: c.learning_starts, keeps_replay=True, layer_norm=False,
+    storage=_dqn_storage,
+    # online and target networks and Adam's two moments: four float32 copies of the parameters
+    checkpoint_bytes=lambda c, parameters: 4 * 4 * parameters,
+))
+register(LearnerSpec(
+    name="pqn", summary="parallel Q-learning on the vector env: rollouts, Q(lambda) returns, no replay or target "
+                        "network; Gallici et al. 2025",
+    learner="vecdqn.pqn:PQNLearner",
+    options=frozenset({"rollout_steps", "q_lambda", "epochs", "minibatches", "overlap_update"}),
+    check=_check_pqn, learns_from=lambda c: 0, keeps_replay=False, layer_norm=True, storage=_pqn_storage,
+    # the network, RAdam's two moments, the acting copy of --overlap-update; the rollout so far
+    checkpoint_bytes=lambda c, parameters: 4 * 4 * parameters + rollout_bytes(c),
+))
+
+
+def learner_spec(name: str) -> LearnerSpec:
+    """The record of ``--algo name``.
+
+    Raises:
+        ValueError: no learner has that name (the message lists those that do).
+    """
+    try:
+        return LEARNERS[name]
+    except KeyError:
+        raise ValueError(f"--algo {name!r} is unknown; choose one of {list(LEARNERS)}") from None
+
+
+def make_learner(config: Any, device: torch.device, obs_shape: tuple[int, ...], n_actions: int) -> Learner:
+    """The run's learner (``config.algo``) for observations ``(S, H, W)`` and ``A`` actions."""
+    return learner_spec(config.algo).load()(config, device, obs_shape, n_actions)
+
+
+def learners_using(option: str) -> list[str]:
+    """The learners whose record lists ``option`` (a `Config` field) as their own; [] for an option
+    every learner uses."""
+    return [name for name, spec in LEARNERS.items() if option in spec.options]
+
+
+def check_learner_options(given: Iterable[str], algo: str) -> None:
+    """Refuse options given explicitly (``given``: field names) that learner ``algo`` would not
+    use: another learner's own (`LearnerSpec.options`).
+
+    Raises:
+        ValueError: one line naming the options, the learners that use them and what to do.
+    """
+    own = learner_spec(algo).options
+    other = [name for name in given if learners_using(name) and name not in own]
+    if not other:
+        return
+    users = sorted({user for name in other for user in learners_using(name)})
+    flags, one = ", ".join(_flag(name) for name in other), len(other) == 1
+    mine = " or ".join(f"--algo {user}" for user in users)
+    raise ValueError(f"{flags} only appl{'ies' if one else 'y'} with {mine}; --algo {algo} would ignore "
+                     f"{'it' if one else 'them'}: drop {'it' if one else 'them'} or change --algo")
+

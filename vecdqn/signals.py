@@ -1,0 +1,106 @@
+"""SIGINT and SIGTERM: a run's request to stop after its current step, and the handlers'
+install and uninstall that the training core and the tuner share.
+
+The shell's convention for the exit codes: 128 + the signal's number (130 for SIGINT, 143 for
+SIGTERM).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Handlers", "Interrupted", "StopSignals"]
+
+
+class Handlers:
+    """``on_signal(signum, frame)`` as the handler of SIGINT and SIGTERM between `install` and
+    `uninstall` (or inside ``with``), the previous handlers put back after. Main thread only."""
+
+    def __init__(self, on_signal: Callable[[int, Any], None]):
+        self.on_signal = on_signal
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        for s in (signal.SIGINT, signal.SIGTERM):
+            self._previous[s] = signal.signal(s, self.on_signal)
+
+    def uninstall(self) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous.clear()
+
+    def __enter__(self) -> Handlers:
+        self.install()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.uninstall()
+
+
+class Interrupted(Exception):
+    """The run was stopped by SIGINT or SIGTERM after writing a checkpoint."""
+
+    def __init__(self, signum: int, checkpoint_path: Path | None):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.checkpoint_path = checkpoint_path
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum  # 130 for SIGINT, 143 for SIGTERM (shell convention)
+
+
+class StopSignals:
+    """SIGINT/SIGTERM as a request to stop after the current step (a second one stops at once).
+
+    ``with StopSignals(enabled, say) as stop:`` installs the handlers (main thread only) and puts
+    the previous ones back on exit; ``stop.signum`` is the first signal received, or None.
+    Inside ``with stop.held():`` a second signal is recorded too, not raised.
+    """
+
+    def __init__(self, enabled: bool = True, say: Callable[[str], Any] | None = None):
+        self.enabled = enabled
+        self.say = say
+        self.signum: int | None = None
+        self._handlers = Handlers(self._on_signal)
+        self._held = False
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """No KeyboardInterrupt inside: for a call that must not be cut halfway, such as starting
+        Ray (its half-started processes would outlive the run); the run stops after it."""
+        self._held = True
+        try:
+            yield
+        finally:
+            self._held = False
+
+    def install(self) -> StopSignals:
+        """Install the handlers (if enabled); returns self."""
+        if self.enabled:
+            self._handlers.install()
+        return self
+
+    def uninstall(self) -> None:
+        """Put the previous handlers back."""
+        self._handlers.uninstall()
+
+    def __enter__(self) -> StopSignals:
+        return self.install()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.uninstall()
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            if self._held:
+                return
+            raise KeyboardInterrupt  # second signal: stop now; finally-blocks still close the workers
+        self.signum = signum
+        if self.say is not None:
+            self.say(f"{signal.Signals(signum).name}: finishing this step and writing a checkpoint "
+                     "(send it again to stop at once)")
