@@ -52,6 +52,24 @@ def test_qnetwork_shapes(dueling):
         QNetwork(0)
 
 
+def test_orthogonal_init_gives_every_layer_orthogonal_rows_of_norm_sqrt_2_and_zero_biases():
+    """CleanRL's PQN initialisation, the output layers included; the default stays PyTorch's."""
+    torch.manual_seed(0)
+    net = QNetwork(6, 4, 44, layer_norm=True, init="orthogonal")
+    layers = [m for m in net.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    assert len(layers) == 3 + 4  # the torso's convolutions, two layers in each dueling stream
+    for layer in layers:
+        w = layer.weight.detach().flatten(1)
+        small = w if w.shape[0] <= w.shape[1] else w.T  # orthonormal along the shorter side
+        torch.testing.assert_close(small @ small.T, 2.0 * torch.eye(small.shape[0]), atol=1e-4, rtol=0)
+        assert not layer.bias.any()
+    torch.manual_seed(0)
+    plain = QNetwork(6, 4, 44, layer_norm=True)
+    assert plain.value[0].bias.any()
+    with pytest.raises(ValueError, match="init='xavier' is not one of torch, orthogonal"):
+        QNetwork(6, init="xavier")
+
+
 def test_dueling_head_mean_advantage_is_zero():
     torch.manual_seed(0)
     net = QNetwork(4, dueling=True)

@@ -32,6 +32,8 @@ from vecdqn.schedules import parse_pairs, replaced_options
 
 # The smallest frame the Nature-DQN torso turns into at least one 1×1 feature map.
 MIN_SCREEN_SIZE = 36
+# The Q-network's initial weights (`vecdqn.model.QNetwork`'s ``init``).
+NETWORK_INITS = ("torch", "orthogonal")
 # The rules an option can carry (each `Config` field's ``metadata["rules"]``), read through
 # `options_with` by the command line, resume, the tuner and the distributed trainer:
 RULES = {
@@ -131,6 +133,9 @@ class Config:
     layer_norm: bool | None = _f(None, "LayerNorm before every hidden ReLU of the Q-network (PQN's network; each "
                                        "conv normalized over its whole feature map); unset: on with --algo pqn, "
                                        "off with --algo dqn", "fixed_on_resume")
+    init: str = _f("torch", "initial weights of the Q-network: torch (PyTorch's defaults) or orthogonal (every conv "
+                            "and linear layer, output included, orthogonal with gain sqrt(2), zero biases, as "
+                            "CleanRL's PQN)")
 
     # --- environment (DeepMind/Nature preprocessing): the fields of `EnvOptions` -------------
     noop_max: int = _env_field("noop_max")
@@ -420,6 +425,8 @@ def _check_relations(c: Config) -> None:
             f"--run-name {c.run_name!r} must be a plain folder name (no '/', not '.' or '..'); the run is "
             f"written to --log-dir/<run-name>"
         )
+    if c.init not in NETWORK_INITS:
+        raise ValueError(f"--init {c.init!r} is not one of {', '.join(NETWORK_INITS)}")
     if c.preset:
         check_preset(c.preset)
 

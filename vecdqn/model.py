@@ -5,12 +5,14 @@ Shape legend: ``B`` batch, ``S`` stacked frames (4), ``A`` actions.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
+from vecdqn.config import NETWORK_INITS
 
 if TYPE_CHECKING:
     from vecdqn.config import Config
@@ -44,19 +46,25 @@ class QNetwork(nn.Module):
         dueling: use the dueling head.
         hidden_size: units of the fully connected layer(s).
         layer_norm: LayerNorm before every hidden ReLU (see above).
+        init: the initial weights: ``"torch"`` (PyTorch's defaults: Kaiming-uniform weights,
+            uniform biases) or ``"orthogonal"`` (every convolution and linear layer, the output
+            layers included, orthogonal with gain √2 (Saxe et al. 2014), zero biases: CleanRL's
+            ``pqn_atari_envpool.py`` ``layer_init``). LayerNorm starts at weight 1, bias 0.
 
     ``forward(obs)``: ``obs (B, S, H, W) uint8`` (raw pixels; scaled to [0, 1] here, on the
     module's device) -> ``(B, A) float32``.
 
     Raises:
-        ValueError: ``n_actions < 1``.
+        ValueError: ``n_actions < 1``, or an unknown ``init``.
     """
 
     def __init__(self, n_actions: int, in_channels: int = 4, screen_size: int = 84, *,
-                 dueling: bool = True, hidden_size: int = 512, layer_norm: bool = False):
+                 dueling: bool = True, hidden_size: int = 512, layer_norm: bool = False, init: str = "torch"):
         super().__init__()
         if n_actions < 1:
             raise ValueError(f"n_actions={n_actions} must be >= 1")
+        if init not in NETWORK_INITS:
+            raise ValueError(f"init={init!r} is not one of {', '.join(NETWORK_INITS)}")
         self.n_actions = n_actions
         self.dueling = dueling
         self.layer_norm = layer_norm
@@ -81,6 +89,11 @@ class QNetwork(nn.Module):
             self.advantage = self._head(n_flat, hidden_size, n_actions)
         else:
             self.head = self._head(n_flat, hidden_size, n_actions)
+        if init == "orthogonal":
+            for module in self.modules():
+                if isinstance(module, (nn.Conv2d, nn.Linear)):
+                    nn.init.orthogonal_(module.weight, gain=math.sqrt(2))
+                    nn.init.zeros_(module.bias)
 
     @classmethod
     def from_config(cls, config: Config, n_actions: int, obs_shape: Sequence[int] | None = None) -> QNetwork:
@@ -89,8 +102,8 @@ class QNetwork(nn.Module):
         loading cannot disagree on its shape.
 
         Args:
-            config: its ``frame_stack``, ``screen_size``, ``dueling``, ``hidden_size`` and
-                ``uses_layer_norm``.
+            config: its ``frame_stack``, ``screen_size``, ``dueling``, ``hidden_size``,
+                ``uses_layer_norm`` and ``init``.
             n_actions: ``A``.
             obs_shape: ``(S, H, H)`` of one observation (e.g. a checkpoint's), instead of
                 ``(frame_stack, screen_size, screen_size)``.
@@ -103,7 +116,7 @@ class QNetwork(nn.Module):
         if len(shape) != 3 or shape[1] != shape[2]:
             raise ValueError(f"obs_shape {shape} is not (S, H, H)")
         return cls(n_actions, shape[0], shape[1], dueling=config.dueling, hidden_size=config.hidden_size,
-                   layer_norm=config.uses_layer_norm)
+                   layer_norm=config.uses_layer_norm, init=config.init)
 
     def _head(self, n_in: int, hidden_size: int, n_out: int) -> nn.Sequential:
         """Linear → (LayerNorm) → ReLU → Linear."""
