@@ -16,15 +16,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from vecdqn.benchmarks import QUICK, SECTIONS, Row, estimate  # noqa: E402
-from vecdqn.benchmarks.harness import print_table, write_json  # noqa: E402
+from vecdqn.benchmarks import QUICK, SECTIONS, Row, run_sections  # noqa: E402
 from vecdqn.cli import OneLineErrorParser, UsageError, fail  # noqa: E402
 
 PROG = "benchmark.py"
-# The sections of the command line, in the order they run, and their --quick sizes: the package's,
-# then --estimate (vecdqn.benchmarks.estimate).
-ALL_SECTIONS = {**SECTIONS, "estimate": estimate}
-ALL_QUICK = {**QUICK, **estimate.QUICK}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the rows as a JSON list")
     parser.add_argument("--quick", action="store_true",
                         help="the smallest sizes and one round, for a smoke run; flags given explicitly still apply")
-    for module in ALL_SECTIONS.values():
+    for module in SECTIONS.values():
         module.add_arguments(parser)
     return parser
 
@@ -52,11 +47,11 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.quick:  # parse again with the small sizes as defaults, so that explicit flags win
-        parser.set_defaults(**ALL_QUICK)
+        parser.set_defaults(**QUICK)
         args = parser.parse_args(argv)
-    chosen = [name for name in ALL_SECTIONS if getattr(args, name)]
+    chosen = [name for name in SECTIONS if getattr(args, name)]
     if not chosen:
-        parser.error("choose at least one section: " + ", ".join(f"--{name}" for name in ALL_SECTIONS))
+        parser.error("choose at least one section: " + ", ".join(f"--{name}" for name in SECTIONS))
     if args.repeats < 1:
         parser.error(f"--repeats {args.repeats} must be >= 1")
     if args.pqn_envs < 1:
@@ -72,13 +67,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
     """Run the chosen sections in turn, print the table of all their rows and, with ``--json``,
     write them there; return the rows."""
     args, chosen = parse_args(argv)
-    rows: list[Row] = []
-    for name in chosen:
-        rows += ALL_SECTIONS[name].run(args)
-    print_table(rows)
-    if args.json is not None:
-        write_json(rows, args.json)
-    return rows
+    return run_sections(args, chosen, args.json)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 #!/usr/bin/env python
-"""Evaluate a trained agent the way papers report it and print its scores.
+"""Evaluate a trained agent on whole games, as papers report scores, and print them (by default
+FIRE is pressed for the agent after a lost life when training did so; --no-fire-on-life-loss is
+the papers' protocol).
 
 Plays whole games (no life-loss episodes, raw rewards) with no-op starts and a small epsilon, and
 prints the raw game scores and the human-normalized score ``(score − random) / (human − random)``

@@ -287,3 +287,79 @@ def test_links_point_at_what_exists(path):
             elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
                 problems.append(f"{path.name}:{number}: {target}: no heading #{anchor} in {linked.name}")
     assert not problems, "\n".join(problems)
+
+
+# -- the results pages: their commands make their tables ------------------------------------------
+RESULTS = ROOT / "docs" / "results.md"
+
+
+def _steps_selected(option: str | None, step: int) -> bool:
+    """Whether ``evaluate.py --steps option`` (FIRST:LAST:EVERY, parts may be empty) picks ``step``."""
+    if option is None:
+        return True
+    first, last, every = (option.split(":") + ["", ""])[:3]
+    first_i, every_i = int(first or 0), int(every or 1)
+    return first_i <= step <= (int(last) if last else step) and (step - first_i) % every_i == 0
+
+
+def results_tables(text: str) -> list[tuple[int, list[str], list[list[str]], list[list[str]]]]:
+    """Each ``| agent steps | seed …: minutes | …`` table of a results page: ``(line, header, rows,
+    commands)``, the commands being the tokens of the next bash block's command lines."""
+    lines = text.splitlines()
+    found = []
+    for i, line in enumerate(lines):
+        if not line.startswith("| agent steps |") or ": minutes" not in line:
+            continue
+        header = [cell.strip() for cell in line.strip("|").split("|")]
+        rows, j = [], i + 2
+        while j < len(lines) and lines[j].startswith("|"):
+            rows.append([cell.strip() for cell in lines[j].strip("|").split("|")])
+            j += 1
+        start = next(k for k in range(j, len(lines)) if lines[k].startswith("```bash"))
+        end = next(k for k in range(start + 1, len(lines)) if lines[k].startswith("```"))
+        block = "\n".join(lines[start + 1:end]).replace("\\\n", " ")
+        found.append((i + 1, header, rows, [shlex.split(c) for c in block.splitlines() if c.strip()]))
+    return found
+
+
+def table_problems(header: list[str], rows: list[list[str]], commands: list[list[str]]) -> list[str]:
+    """What a results table shows that its commands do not make: a plot.py command naming one run
+    folder per seed column, and for each evaluated cell an evaluate.py command of that run whose
+    ``--steps`` picks that agent step."""
+    plots = [c for c in commands if any(t.endswith("scripts/plot.py") for t in c)]
+    if not plots:
+        return ["no scripts/plot.py command"]
+    runs = [t for t in plots[-1] if t.startswith("runs/")]
+    seeds = [k for k, cell in enumerate(header) if cell.endswith(": minutes")]
+    if len(runs) != len(seeds):
+        return [f"plot.py names {runs}, the table has {len(seeds)} seed columns"]
+    problems = []
+    for run, k in zip(runs, seeds):
+        if k + 2 >= len(header) or header[k + 2] != "evaluation":
+            continue
+        picks = [c[c.index("--steps") + 1] if "--steps" in c else None for c in commands
+                 if any(t.endswith("scripts/evaluate.py") for t in c) and run in c and "--every-checkpoint" in c]
+        for row in rows:
+            if row[k + 2] not in ("—", ""):
+                step = int(row[0].replace(",", ""))
+                if not any(_steps_selected(p, step) for p in picks):
+                    problems.append(f"{run}: no evaluate.py --every-checkpoint command picks agent step {step:,}")
+    return problems
+
+
+def test_each_results_table_is_made_by_the_commands_below_it():
+    tables = results_tables(RESULTS.read_text())
+    assert tables, "docs/results.md has no plot.py table"
+    for line, header, rows, commands in tables:
+        assert not table_problems(header, rows, commands), (line, table_problems(header, rows, commands))
+
+
+def test_the_results_check_sees_a_step_no_command_evaluates():
+    text = ("| agent steps | seed 1: minutes | training | evaluation |\n|---|---|---|---|\n"
+            "| 100,000 | 1.0 | −20.0 | −21.0 |\n| 150,000 | 1.5 | −19.0 | −18.0 |\n\n```bash\n"
+            "python scripts/evaluate.py runs/a --every-checkpoint --steps ::100000\n"
+            "python scripts/plot.py runs/a --markdown\n```\n")
+    (_, header, rows, commands), = results_tables(text)
+    assert table_problems(header, rows, commands) == ["runs/a: no evaluate.py --every-checkpoint command picks "
+                                                     "agent step 150,000"]
+    assert _steps_selected("1500000:", 4_750_080) and not _steps_selected("1500000::250000", 1_750_016)

@@ -1,4 +1,5 @@
-"""Evaluation the way papers report it: whole games, raw scores, human-normalized scores.
+"""Evaluation on whole games with raw and human-normalized scores, as papers report them (FIRE
+after a lost life as in training unless ``fire_on_life_loss=False``, the papers' protocol; below).
 
 Protocol (what `evaluate` plays):
 

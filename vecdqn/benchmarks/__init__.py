@@ -4,7 +4,8 @@ command line over them.
 Sections: `env` (env pipelines), `replay` (the replay buffers), `learner` (`DQNAgent.update`),
 `train` (end-to-end training), `pqn` (PQN end to end against its env pipeline), `actors`
 (distributed actors feeding the learner), `soak` (a long run watched for leaks), `update` (one
-update at a preset's network size, per threads x amp x compile). Each has
+update at a preset's network size, per threads x amp x compile), `estimate` (a preset's agent
+steps/s on this machine and the minutes to its published result). Each has
 ``add_arguments(parser)`` (its flags, the section's own ``--<name>`` among them),
 ``run(args) -> list[Row]`` and ``QUICK``, the sizes of ``--quick``.
 `loop` holds the learner-loop rows of `learner`; `harness` what the sections share; `baselines`
@@ -26,7 +27,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vecdqn.benchmarks import actors, env, learner, pqn, replay, soak, train, update
+from vecdqn.benchmarks import actors, env, estimate, learner, pqn, replay, soak, train, update
 from vecdqn.benchmarks.harness import Row, print_table, write_json
 
 __all__ = ["QUICK", "SECTIONS", "Row", "run_sections"]
@@ -34,12 +35,12 @@ __all__ = ["QUICK", "SECTIONS", "Row", "run_sections"]
 # name -> its module, in the order sections run
 SECTIONS = {
     "env": env, "replay": replay, "learner": learner, "train": train, "pqn": pqn, "actors": actors, "soak": soak,
-    "update": update,
+    "update": update, "estimate": estimate,
 }
 
 # --quick: every section's smallest sizes, and one round
 QUICK = {"repeats": 1, **env.QUICK, **replay.QUICK, **learner.QUICK, **train.QUICK, **pqn.QUICK, **actors.QUICK,
-         **soak.QUICK, **update.QUICK}
+         **soak.QUICK, **update.QUICK, **estimate.QUICK}
 
 
 def run_sections(args: argparse.Namespace, names: list[str], json_path: Path | None = None) -> list[Row]:
