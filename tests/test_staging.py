@@ -109,6 +109,21 @@ def test_preflight_takes_amp_auto(tmp_path, monkeypatch):
     assert preflight(catch_config(tmp_path, amp="auto", device="cpu")).type == "cpu"
 
 
+@pytest.mark.parametrize("flags, mode", [(frozenset(), "off"), (frozenset({"avx512_bf16"}), "bf16")])
+def test_a_run_saves_the_mode_amp_auto_chose(tmp_path, monkeypatch, capsys, flags, mode):
+    import json
+
+    from vecdqn.trainer import Trainer
+
+    monkeypatch.setattr(staging, "cpu_flags", lambda: flags)
+    config = catch_config(tmp_path, amp="auto", device="cpu", total_steps=60, learning_starts=40)
+    trainer = Trainer(config, progress=False, handle_signals=False)
+    trainer.run()
+    saved = json.loads((trainer.core.run_dir / "config.json").read_text())
+    assert saved["amp"] == mode
+    assert f"--amp auto: {'bf16' if mode == 'bf16' else 'fp32'}" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("option, value, message", [
     ("device", "tpu", "--device 'tpu' is not one of auto, cpu, cuda, cuda:N, mps"),
     ("replay_device", "cuda:x", "--replay-device 'cuda:x' is not one of auto, cpu, cuda, cuda:N, mps"),

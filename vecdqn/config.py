@@ -180,8 +180,9 @@ class Config:
     hidden_size: int = _f(512, "units of the fully connected layer", "fixed_on_resume")
     compile: bool = _f(False, "torch.compile: on CUDA the update's forward and backward as CUDA graphs "
                               "(mode reduce-overhead, static input buffers); elsewhere the Q-network", "not_experiment")
-    amp: str = _f("off", "autocast the learner's forward passes: off, or bf16 (fp32 master weights and loss; "
-                         "CPUs and CUDA GPUs with bf16)")
+    amp: str = _f("auto", "autocast the learner's forward passes: auto (bf16 on a CUDA GPU that computes in bf16 or "
+                          "a CPU with native bf16, avx512_bf16 or amx_bf16; else fp32), off, or bf16 (fp32 master "
+                          "weights and loss); the mode chosen is printed at the start and saved in config.json")
     prefetch: bool | None = _f(None, "sample the next batch on a background thread during each update; "
                                      "priorities then arrive one update late (as in Ape-X); unset: on with a CUDA "
                                      "learner, off elsewhere (--no-prefetch: exact, synchronous)")

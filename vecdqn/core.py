@@ -44,6 +44,7 @@ from vecdqn.preflight import preflight
 from vecdqn.resume import Resumed
 from vecdqn.run_dir import claim
 from vecdqn.signals import Interrupted, StopSignals
+from vecdqn.staging import announce_amp
 from vecdqn.train_state import TrainState
 
 __all__ = ["TrainingCore"]
@@ -71,6 +72,7 @@ class TrainingCore(CollectorPort):
     def __init__(self, config: Config, run_dir: Path, *, progress: bool = True, resume: Resumed | None = None,
                  handle_signals: bool = True, on_step: Callable[[], None] | None = None):
         self.device = preflight(config, resuming=resume is not None)
+        config.amp = announce_amp(self.device, config.amp)  # "auto" resolved: config.json keeps the mode
         self.config, self.run_dir, self.progress = config, Path(run_dir), progress
         self.resume, self.on_step = resume, on_step
         self.state = resume.state if resume is not None else TrainState.new(config)
