@@ -139,6 +139,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # gradient norm 10, LayerNorm, no dueling head) at 44 px, the 128 games stepped by 2 env workers
     # of 64 (--envs-per-worker auto). Against CleanRL's 8 envs x 128 steps, 4 epochs of 4 x 256 it
     # halves the sample-gradients per agent step and runs ~2x the agent steps/s (docs/pqn.md).
+    # Orthogonal initial weights (CleanRL's PQN layer_init) end the flat start sooner than
+    # PyTorch's defaults (docs/results.md).
     "pong-pqn": dict(
         env_id="PongNoFrameskip-v4",
         algo="pqn",
@@ -147,6 +149,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         screen_size=44,
         hidden_size=512,
         dueling=False,
+        init="orthogonal",
         rollout_steps=32,
         epochs=2,
         minibatches=32,
@@ -180,7 +183,8 @@ PRESET_SOURCES = {
     "catch-pqn": "PQN (Gallici et al. 2025) on the pixel Catch game: 8 envs, rollouts of 16 steps, 4 epochs of "
                  "8 minibatches",
     "pong-pqn": "PQN (Gallici et al. 2025) on PongNoFrameskip-v4 in its authors' shape (purejaxql pqn_atari: 128 "
-                "envs x 32 steps, 2 epochs of 32 minibatches, lambda 0.65, RAdam 2.5e-4, LayerNorm) at 44 px",
+                "envs x 32 steps, 2 epochs of 32 minibatches, lambda 0.65, RAdam 2.5e-4, LayerNorm, orthogonal "
+                "initial weights as CleanRL's PQN) at 44 px",
 }
 
 
