@@ -170,6 +170,35 @@ PRESETS: dict[str, dict[str, Any]] = {
         eval_every=0,
         eval_episodes=10,
     ),
+    # PQN on Breakout, 2 CPU cores: the pong-pqn shape and values on BreakoutNoFrameskip-v4 for
+    # the 10M agent steps of the published Breakout curves (CleanRL's PQN and DQN), at 44 px so
+    # that the update and the 128 games fit two cores (84 px costs ~4x the update).
+    "breakout-pqn": dict(
+        env_id="BreakoutNoFrameskip-v4",
+        algo="pqn",
+        total_steps=10_000_000,
+        num_envs=128,
+        screen_size=44,
+        hidden_size=512,
+        dueling=False,
+        init="orthogonal",
+        rollout_steps=32,
+        epochs=2,
+        minibatches=32,
+        q_lambda=0.65,
+        learning_rate=2.5e-4,
+        gamma=0.99,
+        max_grad_norm=10.0,
+        epsilon_start=1.0,
+        epsilon_end=0.01,
+        epsilon_decay_steps=1_000_000,
+        torch_threads=1,
+        overlap_update=True,
+        log_every=10_000,
+        keep_checkpoints=True,
+        eval_every=0,
+        eval_episodes=10,
+    ),
 }
 
 
@@ -185,6 +214,9 @@ PRESET_SOURCES = {
     "pong-pqn": "PQN (Gallici et al. 2025) on PongNoFrameskip-v4 in its authors' shape (purejaxql pqn_atari: 128 "
                 "envs x 32 steps, 2 epochs of 32 minibatches, lambda 0.65, RAdam 2.5e-4, LayerNorm, orthogonal "
                 "initial weights as CleanRL's PQN) at 44 px",
+    "breakout-pqn": "PQN (Gallici et al. 2025) on BreakoutNoFrameskip-v4: the pong-pqn preset's shape and values "
+                    "(purejaxql pqn_atari's 128 envs x 32 steps, 2 epochs of 32 minibatches) at 44 px for 10M "
+                    "agent steps",
 }
 
 
