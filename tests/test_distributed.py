@@ -142,6 +142,21 @@ def test_a_block_split_in_two_files_as_the_whole_block(tmp_path):
     np.testing.assert_array_equal(whole.priorities(every), parts.priorities(every))
 
 
+def test_the_block_collector_tells_the_learner_its_games_are_new_before_the_first_block():
+    """The seam (`vecdqn.learners`): ``new_games`` whenever a collector starts new games; the
+    Ape-X actors always do, so before the first weights go out."""
+    from types import SimpleNamespace
+
+    from vecdqn.distributed.learner import BlockCollector
+
+    calls = []
+    core = SimpleNamespace(state=SimpleNamespace(updates=0), new_games=lambda: calls.append("new_games"),
+                           policy_weights=lambda: {})
+    pool = SimpleNamespace(publish=lambda at, weights: calls.append("publish"), fill=lambda: calls.append("fill"))
+    BlockCollector(core, pool, ingest=None).start()
+    assert calls == ["new_games", "publish", "fill"]
+
+
 def test_missing_ray_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` does without the package
     code = cli.main(["--preset", "catch", "--actors", "2", "--log-dir", str(tmp_path)])

@@ -77,7 +77,10 @@ class BlockCollector:
         self.pending: collections.deque[Block] = collections.deque()  # taken, not filed yet
 
     def start(self) -> None:
-        """Publish the first weights and ask every actor for blocks."""
+        """Tell the learner its games are new (`TrainingCore.new_games`: the actors always start
+        fresh games, also after a resume), publish the first weights and ask every actor for
+        blocks."""
+        self.core.new_games()
         self.publish()
         self.pool.fill()
 
