@@ -12,6 +12,41 @@ from typing import Any
 __all__ = ["PRESETS", "PRESET_SOURCES", "check_preset"]
 
 # Named starting points. Each maps option names to values; explicit command-line options win.
+# PQN on Atari for 2 CPU cores, in its authors' many-env shape (purejaxql's pqn_atari: 128 envs x
+# rollouts of 32 steps, 2 epochs of 32 minibatches of 128, lambda 0.65, gamma 0.99, RAdam 2.5e-4,
+# gradient norm 10, LayerNorm, no dueling head) at 44 px, the 128 games stepped by 2 env workers
+# of 64 (--envs-per-worker auto). Against CleanRL's 8 envs x 128 steps, 4 epochs of 4 x 256 it
+# halves the sample-gradients per agent step and runs ~2x the agent steps/s (docs/pqn.md).
+# Orthogonal initial weights (CleanRL's PQN layer_init) end Pong's flat start sooner than
+# PyTorch's defaults (docs/results.md). The pong-pqn and breakout-pqn presets.
+_PQN_ATARI: dict[str, Any] = dict(
+    algo="pqn",
+    total_steps=10_000_000,
+    num_envs=128,
+    screen_size=44,
+    hidden_size=512,
+    dueling=False,
+    init="orthogonal",
+    rollout_steps=32,
+    epochs=2,
+    minibatches=32,
+    q_lambda=0.65,
+    learning_rate=2.5e-4,
+    gamma=0.99,
+    max_grad_norm=10.0,
+    epsilon_start=1.0,
+    epsilon_end=0.01,
+    epsilon_decay_steps=1_000_000,
+    torch_threads=1,
+    # The update of each rollout on a second thread while the envs collect the next (the
+    # actions lag one rollout; docs/pqn.md).
+    overlap_update=True,
+    log_every=10_000,
+    keep_checkpoints=True,
+    eval_every=0,
+    eval_episodes=10,
+)
+
 PRESETS: dict[str, dict[str, Any]] = {
     # The pixel Catch game (vecdqn/Catch-v0): small, fast, learnable on a CPU in minutes.
     # Episodes last 9 agent steps, so the replay and the schedules are scaled down.
@@ -134,71 +169,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         checkpoint_every=0,
         eval_every=0,
     ),
-    # PQN on Pong, 2 CPU cores, in its authors' many-env shape (purejaxql's pqn_atari: 128 envs x
-    # rollouts of 32 steps, 2 epochs of 32 minibatches of 128, lambda 0.65, gamma 0.99, RAdam 2.5e-4,
-    # gradient norm 10, LayerNorm, no dueling head) at 44 px, the 128 games stepped by 2 env workers
-    # of 64 (--envs-per-worker auto). Against CleanRL's 8 envs x 128 steps, 4 epochs of 4 x 256 it
-    # halves the sample-gradients per agent step and runs ~2x the agent steps/s (docs/pqn.md).
-    # Orthogonal initial weights (CleanRL's PQN layer_init) end the flat start sooner than
-    # PyTorch's defaults (docs/results.md).
-    "pong-pqn": dict(
-        env_id="PongNoFrameskip-v4",
-        algo="pqn",
-        total_steps=10_000_000,
-        num_envs=128,
-        screen_size=44,
-        hidden_size=512,
-        dueling=False,
-        init="orthogonal",
-        rollout_steps=32,
-        epochs=2,
-        minibatches=32,
-        q_lambda=0.65,
-        learning_rate=2.5e-4,
-        gamma=0.99,
-        max_grad_norm=10.0,
-        epsilon_start=1.0,
-        epsilon_end=0.01,
-        epsilon_decay_steps=1_000_000,
-        torch_threads=1,
-        # The update of each rollout on a second thread while the envs collect the next (the
-        # actions lag one rollout; docs/pqn.md).
-        overlap_update=True,
-        log_every=10_000,
-        checkpoint_every=250_000,
-        keep_checkpoints=True,
-        eval_every=0,
-        eval_episodes=10,
-    ),
+    "pong-pqn": dict(env_id="PongNoFrameskip-v4", **_PQN_ATARI, checkpoint_every=250_000),
     # PQN on Breakout, 2 CPU cores: the pong-pqn shape and values on BreakoutNoFrameskip-v4 for
     # the 10M agent steps of the published Breakout curves (CleanRL's PQN and DQN), at 44 px so
     # that the update and the 128 games fit two cores (84 px costs ~4x the update).
-    "breakout-pqn": dict(
-        env_id="BreakoutNoFrameskip-v4",
-        algo="pqn",
-        total_steps=10_000_000,
-        num_envs=128,
-        screen_size=44,
-        hidden_size=512,
-        dueling=False,
-        init="orthogonal",
-        rollout_steps=32,
-        epochs=2,
-        minibatches=32,
-        q_lambda=0.65,
-        learning_rate=2.5e-4,
-        gamma=0.99,
-        max_grad_norm=10.0,
-        epsilon_start=1.0,
-        epsilon_end=0.01,
-        epsilon_decay_steps=1_000_000,
-        torch_threads=1,
-        overlap_update=True,
-        log_every=10_000,
-        keep_checkpoints=True,
-        eval_every=0,
-        eval_episodes=10,
-    ),
+    "breakout-pqn": dict(env_id="BreakoutNoFrameskip-v4", **_PQN_ATARI),
 }
 
 
