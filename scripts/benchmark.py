@@ -54,10 +54,13 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
         parser.error("choose at least one section: " + ", ".join(f"--{name}" for name in SECTIONS))
     if args.repeats < 1:
         parser.error(f"--repeats {args.repeats} must be >= 1")
-    if args.pqn_envs < 1:
-        parser.error(f"--pqn-envs {args.pqn_envs} must be >= 1")
-    if args.estimate_seconds <= 0:
-        parser.error(f"--estimate-seconds {args.estimate_seconds:g} must be > 0")
+    for name in chosen:  # each chosen section's own flags, before any section runs
+        check = getattr(SECTIONS[name], "check_arguments", None)
+        try:
+            if check is not None:
+                check(args)
+        except ValueError as err:
+            parser.error(str(err))
     if args.update_batch_sizes and min(args.update_batch_sizes) < 1:
         parser.error(f"--update-batch-sizes {' '.join(map(str, args.update_batch_sizes))}: each must be >= 1")
     return args, chosen

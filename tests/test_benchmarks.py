@@ -69,6 +69,19 @@ def test_table_and_json(tmp_path):
     (["--update", "--update-preset", "nope"], "argument --update-preset: invalid choice: 'nope'"),
     (["--update", "--update-batch-sizes", "32", "0"], "--update-batch-sizes 32 0: each must be >= 1"),
     (["--pqn", "--pqn-envs", "0"], "--pqn-envs 0 must be >= 1"),
+    # each section's flags are checked before any section runs: these used to hang or end in tracebacks
+    (["--env", "--env-screen-size", "0"], "--env-screen-size 0 is invalid; use a positive side length"),
+    (["--env", "--env-screen-size", "5000"], "--env-screen-size 5000 is invalid; use at most 1024 pixels"),
+    (["--env", "--env-id", "Nope-v4"], "unknown env id 'Nope-v4'"),
+    (["--env", "--env-id", "vecdqn/Catch-v0"], "--env-id vecdqn/Catch-v0 is not an ALE game"),
+    (["--env", "--env-nums", "8", "0"], "--env-nums 8 0: each must be >= 1"),
+    (["--estimate", "--preset", "catch", "--estimate-options", "--preset pong"],
+     "--estimate-options '--preset pong': --preset cannot be given there; the section runs --preset catch"),
+    (["--estimate", "--estimate-options", "--bogus 1"], "--estimate-options '--bogus 1': unrecognized arguments"),
+    (["--estimate", "--estimate-options", "--amp 'bf16"], "--estimate-options \"--amp 'bf16\": No closing quotation"),
+    (["--pqn", "--pqn-steps", "512"], "--pqn-steps 512 is shorter than two rollouts of --rollout-steps 32 x "
+                                      "--pqn-envs 128 = 4096 agent steps"),
+    (["--pqn", "--pqn-options=--resume=runs/x"], "--pqn-options '--resume=runs/x': --resume cannot be given"),
 ])
 def test_command_line_errors_are_one_line(capsys, argv, message):
     cli = load_cli()
@@ -77,6 +90,15 @@ def test_command_line_errors_are_one_line(capsys, argv, message):
     err = capsys.readouterr().err
     assert exit_info.value.code == 2
     assert err.count("\n") == 1 and message in err and err.rstrip().endswith("(see benchmark.py --help)")
+
+
+def test_quick_sizes_pass_their_sections_checks():
+    """--quick's sizes are a run each section can measure (PQN's used to end before its first
+    update and print nan agent steps/s)."""
+    args, chosen = load_cli().parse_args(["--quick", *(f"--{name}" for name in SECTIONS)])
+    assert chosen == list(SECTIONS) and args.pqn_steps >= 2 * 32 * args.pqn_envs
+    # a section not chosen is not checked: its flags do nothing
+    assert load_cli().parse_args(["--replay", "--quick", "--env-nums", "0", "--pqn-envs", "0"])[1] == ["replay"]
 
 
 def test_quick_sets_small_defaults_that_explicit_flags_override():

@@ -374,6 +374,20 @@ def test_resume_accepts_the_runs_own_layer_norm_and_refuses_the_other(tmp_path, 
         resume(run, {"layer_norm": not default, "total_steps": 600})
 
 
+def test_resume_refuses_another_init_and_keeps_the_saved_one(tmp_path, capsys):
+    """--init chooses the initial weights, which a resumed run has already replaced: another value
+    would only make config.json lie about how the run began, so it is refused in one line."""
+    Trainer(catch_config(tmp_path, run_name="run", total_steps=200), progress=False, handle_signals=False).run()
+    run = tmp_path / "run"
+    before = (run / "config.json").read_text()
+    assert cli.main(["--resume", str(run), "--init", "orthogonal", "--total-steps", "400"]) == 2
+    assert capsys.readouterr().err == ("train.py: error: --init orthogonal differs from the run's torch; --init "
+                                       "cannot change on --resume (start a new run instead)\n")
+    assert (run / "config.json").read_text() == before
+    assert cli.main(["--resume", str(run), "--init", "torch", "--total-steps", "400"]) == 0
+    assert json.loads((run / "config.json").read_text())["init"] == "torch"
+
+
 def test_a_new_run_checks_its_options_once(tmp_path, monkeypatch, capsys):
     """train.py checks that every option given applies, and validates the values, once each
     before the run starts (the run is stopped at its start here)."""
@@ -399,3 +413,38 @@ def test_a_new_run_checks_its_options_once(tmp_path, monkeypatch, capsys):
     # A bad value is still refused in one line, by the preflight.
     assert cli.main(["--preset", "catch", "--batch-size", "0", "--log-dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err.endswith("train.py: error: --batch-size 0 must be a positive integer (>= 1)\n")
+
+
+def test_memory_is_checked_before_any_env_is_made(tmp_path, monkeypatch):
+    """A screen too large for the memory is refused by the memory check, before preflight makes
+    its trial env: that env alone, at a side of 100,000 pixels, used to exhaust the machine."""
+    def no_env(*args, **kwargs):
+        raise AssertionError("preflight made an env before checking the memory")
+
+    monkeypatch.setattr(preflight, "make_env", no_env)
+    monkeypatch.setattr(preflight, "available_memory_bytes", lambda: 2**30)
+    config = catch_config(tmp_path, screen_size=1000)  # 2,000 frame slots of 1000 x 1000 bytes
+    with pytest.raises(ConfigError, match=r"^the replay of --buffer-size 2000 needs 1\.\d GiB and --num-envs 2 about "
+                                          r"0\.\d GiB for 2 env workers, but only 1\.0 GiB are free"):
+        preflight.preflight(config)
+
+
+def test_an_observation_side_beyond_the_limit_is_refused_in_one_line(capsys):
+    assert cli.main(["--preset", "catch", "--screen-size", "100000"]) == 2
+    assert capsys.readouterr().err == ("train.py: error: --screen-size 100000 is invalid; use at most 1024 pixels "
+                                       "(ALE screens are 210 x 160; DQN uses 84)\n")
+
+
+@pytest.mark.parametrize("env_id", ["vecdqn/Catch-v0", "BreakoutNoFrameskip-v4"])
+def test_the_disk_check_bounds_an_envs_snapshot(env_id):
+    """preflight's disk check counts SNAPSHOT_BYTES per env in each checkpoint: a real snapshot
+    fits (Catch's used to take ~3x the bound)."""
+    from vecdqn.envs.state import get_env_state
+
+    env = make_env(env_id)
+    try:
+        env.reset(seed=0)
+        env.step(0)
+        assert len(get_env_state(env)) <= preflight.SNAPSHOT_BYTES
+    finally:
+        env.close()

@@ -155,3 +155,29 @@ def test_to_device_keeps_the_dtype_unless_told():
     frames = np.arange(12, dtype=np.uint8).reshape(3, 4)
     assert to_device(frames, torch.device("cpu")).dtype == torch.uint8
     assert to_device(frames, torch.device("cpu"), np.int64).dtype == torch.int64
+
+
+def test_the_run_folder_line_comes_first_and_a_refused_resume_says_no_amp_line(tmp_path, capsys):
+    """The first console line names the run folder (the docs say so); --amp's line follows it. A
+    resume refused at the run folder (another process holds it) prints only its error."""
+    import fcntl
+    import os
+
+    from vecdqn import cli
+
+    run = tmp_path / "run"
+    assert cli.main(["--preset", "catch", "--log-dir", str(tmp_path), "--run-name", "run", "--total-steps", "201",
+                     "--num-envs", "2", "--learning-starts", "100", "--device", "cpu"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"{run}: vecdqn/Catch-v0, 201 agent steps; learner on cpu")
+    assert lines[1].startswith("--amp auto: ")
+    assert lines[2] == ("--total-steps 201 is not a multiple of --num-envs 2: the run ends at agent step 202, the "
+                        "first vector step to reach it")
+    fd = os.open(run, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert cli.main(["--resume", str(run), "--total-steps", "400"]) == 2
+    finally:
+        os.close(fd)
+    captured = capsys.readouterr()
+    assert "--amp" not in captured.out and captured.err.count("\n") == 1

@@ -116,6 +116,12 @@ def test_corrupt_checkpoint_on_resume_exits_2(tmp_path):
         (["--frame-skip", "100000", "--total-steps", "100", "--learning-starts", "50"], "--frame-skip 100000"),
         # an Atari-only option that Catch would ignore
         (["--preset", "catch", "--noop-max", "5"], "--noop-max does not apply to --env-id vecdqn/Catch-v0"),
+        # a new PQN run learns after each rollout: one shorter than a rollout would learn nothing
+        (["--preset", "catch-pqn", "--total-steps", "100"], "--total-steps 100 ends the run before its first "
+         "update, which comes after one rollout of --rollout-steps 16 x --num-envs 8 = 128 agent steps; use at "
+         "least 128"),
+        # the suggestions are ids vecdqn can train on (ALE games, Catch), not every registered id
+        (["--env-id", "Hoppr-v4"], "unknown env id 'Hoppr-v4'; did you mean one of ['Gopher-v4', 'Hero-v4']?"),
     ],
 )
 def test_more_bad_input_exits_2(args, message, tmp_path):

@@ -135,7 +135,7 @@ class Config:
                                        "off with --algo dqn", "fixed_on_resume")
     init: str = _f("torch", "initial weights of the Q-network: torch (PyTorch's defaults) or orthogonal (every conv "
                             "and linear layer, output included, orthogonal with gain sqrt(2), zero biases, as "
-                            "CleanRL's PQN)")
+                            "CleanRL's PQN)", "fixed_on_resume")
 
     # --- environment (DeepMind/Nature preprocessing): the fields of `EnvOptions` -------------
     noop_max: int = _env_field("noop_max")

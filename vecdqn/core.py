@@ -72,7 +72,9 @@ class TrainingCore(CollectorPort):
     def __init__(self, config: Config, run_dir: Path, *, progress: bool = True, resume: Resumed | None = None,
                  handle_signals: bool = True, on_step: Callable[[], None] | None = None):
         self.device = preflight(config, resuming=resume is not None)
-        config.amp = announce_amp(self.device, config.amp)  # "auto" resolved: config.json keeps the mode
+        # "auto" resolved here, so config.json keeps the mode; its line is said after the run's first
+        self._amp_said: list[str] = []
+        config.amp = announce_amp(self.device, config.amp, say=self._amp_said.append)
         self.config, self.run_dir, self.progress = config, Path(run_dir), progress
         self.resume, self.on_step = resume, on_step
         self.state = resume.state if resume is not None else TrainState.new(config)
@@ -123,6 +125,11 @@ class TrainingCore(CollectorPort):
         threads = torch.get_num_threads()
         self.say(f"{self.run_dir}: {c.env_id}, {c.total_steps:,} agent steps; learner on {self.device.type} "
                  f"({threads} torch thread{'' if threads == 1 else 's'})")
+        for line in self._amp_said:
+            self.say(line)
+        if not c.actors and c.total_steps % c.num_envs:
+            self.say(f"--total-steps {c.total_steps:,} is not a multiple of --num-envs {c.num_envs}: the run ends at "
+                     f"agent step {-(-c.total_steps // c.num_envs) * c.num_envs:,}, the first vector step to reach it")
         if r is None:
             return None
         self.say(f"resumed {self.run_dir} at agent step {s.step}")

@@ -146,6 +146,8 @@ class LearnerSpec:
         layer_norm: whether its network has LayerNorm when ``--layer-norm`` is not given.
         storage: ``(bytes, what)``: the memory its transitions take and the options that size it.
         checkpoint_bytes: the bytes of its `Learner.state_dict` given the network's parameter count.
+        first_update: ``(agent step, what sets it)`` of a new run's first update at the earliest
+            (a new run shorter than that is refused); None: ``learns_from``.
     """
 
     name: str
@@ -158,6 +160,7 @@ class LearnerSpec:
     layer_norm: bool
     storage: Callable[[Any], tuple[int, str]]
     checkpoint_bytes: Callable[[Any, int], int]
+    first_update: Callable[[Any], tuple[int, str]] | None = None
 
     def load(self) -> type:
         """Its `Learner` class."""
@@ -277,6 +280,8 @@ register(LearnerSpec(
     check=_check_pqn, learns_from=lambda c: 0, keeps_replay=False, layer_norm=True, storage=_pqn_storage,
     # the network, RAdam's two moments, the acting copy of --overlap-update; the rollout so far
     checkpoint_bytes=lambda c, parameters: 4 * 4 * parameters + rollout_bytes(c),
+    first_update=lambda c: (c.rollout_steps * c.num_envs, f"one rollout of --rollout-steps {c.rollout_steps} x "
+                                                          f"--num-envs {c.num_envs}"),
 ))
 
 

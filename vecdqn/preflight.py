@@ -30,8 +30,9 @@ WORKER_BYTES = 50 * 2**20
 # Resident memory of each further game a batched worker holds (an ALE game and its wrappers' frames;
 # ~5 MiB measured for Pong at 44 px, 64 games a worker).
 GAME_BYTES = 8 * 2**20
-# Bytes of one env's snapshot in a checkpoint (emulator state, wrapper buffers), an upper bound.
-SNAPSHOT_BYTES = 2**17
+# Bytes of one env's snapshot in a checkpoint (emulator state, wrapper buffers), an upper bound:
+# ~110 KB measured for an ALE game at 84 px, up to ~530 KB for Catch.
+SNAPSHOT_BYTES = 2**20
 # File descriptors the parent holds per env worker (its pipe end, the process sentinel, slack).
 FDS_PER_WORKER = 4
 
@@ -81,14 +82,27 @@ def preflight(config: Config, *, resuming: bool = False) -> torch.device:
             check_replay_device(replay_frame_bytes(config), select_device(config.replay_device, "--replay-device"))
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    n_actions = check_env_starts(config)
+    if not resuming:
+        check_first_update(config)
     check_log_dir(config, resuming=resuming)
     check_worker_limits(config)
-    check_memory(config)
+    check_memory(config)  # before any env is made: one at a size that cannot fit would take the machine
+    n_actions = check_env_starts(config)
     check_disk(config, n_actions)
     if config.actors:
         check_ray_address(config)
     return device
+
+
+def check_first_update(config: Config) -> None:
+    """A new run lasts until its learner's first update at least
+    (`vecdqn.learners.LearnerSpec.first_update`): a shorter one would end having learned nothing."""
+    spec = learner_spec(config.algo)
+    first, said = spec.first_update(config) if spec.first_update else (spec.learns_from(config), "")
+    if config.total_steps < first:
+        after = f"{said} = {first} agent steps" if said else f"{first} agent steps"
+        raise ConfigError(f"--total-steps {config.total_steps} ends the run before its first update, which comes "
+                          f"after {after}; use at least {first}")
 
 
 def check_env_starts(config: Config) -> int:
@@ -191,7 +205,9 @@ def check_memory(config: Config) -> None:
     need = stored + (replay_frame_bytes(config) if config.replay_device == "cpu" else 0)
     games, said = config.env_workers()
     count, _ = _worker_processes(config)
-    workers = count * WORKER_BYTES + (games - count) * GAME_BYTES
+    # Each game's observations: its frame stack in the worker and its slot of the shared block.
+    frames = games * 2 * config.frame_stack * config.screen_size**2
+    workers = count * WORKER_BYTES + (games - count) * GAME_BYTES + frames
     free = available_memory_bytes()
     if free is not None and need + workers > free:
         raise ConfigError(

@@ -31,8 +31,8 @@ import numpy as np
 
 from vecdqn.benchmarks.harness import ENV_ID, Row, interleaved
 
-__all__ = ["QUICK", "add_arguments", "ale_game", "emulator_ceiling", "env_steps_per_second", "make_env_impl",
-           "run"]
+__all__ = ["QUICK", "add_arguments", "ale_game", "check_arguments", "emulator_ceiling", "env_steps_per_second",
+           "make_env_impl", "run"]
 
 # --quick: the smallest sizes, for a smoke run (the numbers mean little)
 QUICK = {"env_nums": [2], "env_steps": 64}
@@ -52,6 +52,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--env-ks", type=int, nargs="+", default=None,
                        help="envs per worker tried for vecdqn_batched, the best ratio reported (default: the "
                             "default rule's K and half of it; values that do not divide N are skipped)")
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` (one line, naming the flag) for sizes below 1, a screen side
+    `vecdqn.envs.EnvOptions` refuses, or an ``--env-id`` that is not one of the ALE's games (ALE's
+    vector env, the anchor, plays ALE games only)."""
+    import warnings
+
+    import ale_py.roms
+
+    from vecdqn.envs import EnvOptions
+    from vecdqn.envs.family import check_env_id
+
+    for flag, values in (("--env-nums", args.env_nums), ("--env-steps", [args.env_steps]),
+                         ("--env-ks", args.env_ks or [])):
+        if min(values, default=1) < 1:
+            raise ValueError(f"{flag} {' '.join(map(str, values))}: each must be >= 1")
+    EnvOptions(screen_size=args.env_screen_size).validate(lambda option: "--env-" + option.replace("_", "-"))
+    check_env_id(args.env_id)
+    with warnings.catch_warnings():  # ale-py warns "Rom ... not supported" before returning None
+        warnings.simplefilter("ignore")
+        rom = ale_py.roms.get_rom_path(ale_game(args.env_id))
+    if rom is None:
+        raise ValueError(f"--env-id {args.env_id} is not an ALE game; the --env section plays ALE games only "
+                         f"(its anchor is ALE's vector env), e.g. {ENV_ID} or ALE/Pong-v5")
 
 
 def ale_game(env_id: str) -> str:

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
 import signal
 import tempfile
 import time
 from typing import Any, NamedTuple
 
-from vecdqn.benchmarks.harness import Row
+from vecdqn.benchmarks.harness import Row, check_train_options
 from vecdqn.presets import PRESETS
 
-__all__ = ["PUBLISHED", "QUICK", "Published", "add_arguments", "expected_minutes", "run"]
+__all__ = ["PUBLISHED", "QUICK", "Published", "add_arguments", "check_arguments", "expected_minutes", "run",
+           "said_minutes"]
 
 
 class Published(NamedTuple):
@@ -60,6 +62,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="more train.py options for the run, e.g. '--amp off' (default none)")
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` (one line) for a ``--estimate-seconds`` not above 0 or
+    ``--estimate-options`` that ``train.py`` would refuse or that name another preset."""
+    if not args.estimate_seconds > 0:
+        raise ValueError(f"--estimate-seconds {args.estimate_seconds:g} must be > 0")
+    check_train_options("--estimate-options", args.estimate_options, args.preset)
+
+
 def expected_minutes(preset: str, steps_per_second: float) -> float | None:
     """Minutes to ``PUBLISHED[preset].agent_steps`` at ``steps_per_second``; None for a preset
     without a published result.
@@ -71,6 +81,17 @@ def expected_minutes(preset: str, steps_per_second: float) -> float | None:
     if published is None:
         return None
     return published.agent_steps / steps_per_second / 60 if steps_per_second > 0 else math.inf
+
+
+def said_minutes(minutes: float) -> str:
+    """``minutes`` as the estimate prints them: one decimal below 10, none above.
+
+    >>> said_minutes(0.34), said_minutes(55.3), said_minutes(math.inf)
+    ('~0.3 min', '~55 min', 'unknown minutes (no learning was measured)')
+    """
+    if not math.isfinite(minutes):
+        return "unknown minutes (no learning was measured)"
+    return f"~{minutes:.1f} min" if minutes < 10 else f"~{minutes:,.0f} min"
 
 
 class _Clock:
@@ -109,7 +130,7 @@ def measure(preset: str, seconds: float, options: str = "") -> tuple[float, int]
     clock = _Clock(seconds)
     with tempfile.TemporaryDirectory() as log_dir:
         config = parse_args(["--preset", preset, "--log-dir", log_dir, "--checkpoint-every", "0",
-                             "--no-keep-checkpoints", "--eval-every", "0", *options.split()])
+                             "--no-keep-checkpoints", "--eval-every", "0", *shlex.split(options)])
         try:
             Trainer(config, progress=False, handle_signals=False, on_step=clock).run()
         except Interrupted:
@@ -126,7 +147,7 @@ def run(args: argparse.Namespace) -> list[Row]:
     if published is None:
         note = "no published result yet"
     else:
-        note = (f"~{minutes:,.0f} min to {published.result} at {published.agent_steps:,} agent steps "
+        note = (f"{said_minutes(minutes)} to {published.result} at {published.agent_steps:,} agent steps "
                 f"({published.source})")
     print(f"--preset {args.preset}: {sps:,.1f} agent steps/s here; {note}\n", flush=True)
     return [{"bench": "estimate", "impl": args.preset, "num_envs": envs, "value": sps, "unit": "steps/s",

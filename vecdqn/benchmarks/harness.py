@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -16,14 +17,42 @@ from pathlib import Path
 
 from vecdqn.preflight import available_memory_bytes
 
-__all__ = ["COLUMNS", "ENV_ID", "Row", "available_memory_bytes", "format_table", "interleaved", "print_table",
-           "rss_bytes", "time_block", "write_json"]
+__all__ = ["COLUMNS", "ENV_ID", "Row", "available_memory_bytes", "check_train_options", "format_table", "interleaved",
+           "print_table", "rss_bytes", "time_block", "write_json"]
 
 Row = dict
 COLUMNS = ["bench", "op", "impl", "num_envs", "capacity", "batch_size", "value", "unit", "ratio", "anchor", "note"]
 
 # The game every section that steps an emulator plays: a common Atari benchmark, with FIRE.
 ENV_ID = "BreakoutNoFrameskip-v4"
+
+
+def check_train_options(flag: str, options: str, preset: str) -> list[str]:
+    """``options`` (a section's ``train.py`` options, e.g. ``--estimate-options``) split as a shell
+    would, checked as ``train.py --preset preset`` would check them; returns the words.
+
+    Raises:
+        ValueError: one line naming ``flag``: a ``--preset`` or ``--resume`` among the options (the
+            section runs its own preset, fresh), a quote left open, or an option ``train.py``
+            refuses.
+    """
+    import shlex
+
+    from vecdqn.cli import UsageError, parse_config
+
+    try:
+        words = shlex.split(options)
+    except ValueError as err:
+        raise ValueError(f"{flag} {options!r}: {err}") from None
+    for word in words:
+        if word.split("=")[0] in ("--preset", "--resume"):
+            raise ValueError(f"{flag} {options!r}: {word.split('=')[0]} cannot be given there; the section runs "
+                             f"--preset {preset} in a new run folder (choose the preset with --preset)")
+    try:
+        parse_config(["--preset", preset, *words])
+    except UsageError as err:  # its pointer to train.py's --help goes: the line ends with benchmark.py's
+        raise ValueError(f"{flag} {options!r}: {re.sub(r' [(]see [^ ]+ --help[)]$', '', str(err))}") from None
+    return words
 
 
 def rss_bytes() -> int:

@@ -16,15 +16,15 @@ import tempfile
 import numpy as np
 
 from vecdqn.benchmarks.env import env_steps_per_second
-from vecdqn.benchmarks.harness import Row, interleaved
+from vecdqn.benchmarks.harness import Row, check_train_options, interleaved
 from vecdqn.presets import PRESETS
 
-__all__ = ["PONG_ID", "QUICK", "add_arguments", "run"]
+__all__ = ["PONG_ID", "QUICK", "add_arguments", "check_arguments", "run"]
 
 PONG_ID = "PongNoFrameskip-v4"
 
 # --quick: the smallest sizes, for a smoke run (the numbers mean little)
-QUICK = {"pqn_steps": 512}
+QUICK = {"pqn_envs": 8, "pqn_steps": 1024}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,6 +40,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="more train.py options for the PQN runs, e.g. '--amp bf16 --epochs 4' (default none)")
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` (one line) for ``--pqn-envs`` below 1, ``--pqn-options`` that
+    ``train.py`` refuses, or ``--pqn-steps`` shorter than two rollouts (the rate is counted from
+    the first update, which ends the first rollout)."""
+    if args.pqn_envs < 1:
+        raise ValueError(f"--pqn-envs {args.pqn_envs} must be >= 1")
+    words = check_train_options("--pqn-options", args.pqn_options, "pong-pqn")
+    rollout_steps = _config(args, os.devnull, words).rollout_steps
+    rollout = rollout_steps * args.pqn_envs
+    if args.pqn_steps < 2 * rollout:
+        raise ValueError(f"--pqn-steps {args.pqn_steps} is shorter than two rollouts of --rollout-steps "
+                         f"{rollout_steps} x --pqn-envs {args.pqn_envs} = {rollout} agent steps, and the rate is "
+                         f"counted from the first update; use at least {2 * rollout}")
+
+
 def pqn_sps(args: argparse.Namespace) -> float:
     """Agent steps/s of ``train.py --preset pong-pqn`` with ``--pqn-envs`` envs, from its first update."""
     from vecdqn.trainer import Trainer
@@ -48,13 +63,17 @@ def pqn_sps(args: argparse.Namespace) -> float:
         return Trainer(_config(args, log_dir), progress=False, handle_signals=False).run()["learning_sps"]
 
 
-def _config(args: argparse.Namespace, log_dir: str):
-    """The `pong-pqn` run's `Config` with ``--pqn-envs`` envs and ``--pqn-options``."""
-    from vecdqn.cli import parse_args
+def _config(args: argparse.Namespace, log_dir: str, words: list[str] | None = None):
+    """The `pong-pqn` run's `Config` with ``--pqn-envs`` envs and ``--pqn-options`` (``words``: the
+    options already split)."""
+    import shlex
 
-    return parse_args(["--preset", "pong-pqn", "--num-envs", str(args.pqn_envs), "--total-steps", str(args.pqn_steps),
-                       "--log-dir", log_dir, "--checkpoint-every", "0", "--no-keep-checkpoints",
-                       *args.pqn_options.split()])
+    from vecdqn.cli import parse_config
+
+    words = shlex.split(args.pqn_options) if words is None else words
+    return parse_config(["--preset", "pong-pqn", "--num-envs", str(args.pqn_envs), "--total-steps",
+                         str(args.pqn_steps), "--log-dir", log_dir, "--checkpoint-every", "0", "--no-keep-checkpoints",
+                         *words], validate=False)[0]
 
 
 def env_only_sps(args: argparse.Namespace) -> float:

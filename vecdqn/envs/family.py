@@ -44,12 +44,14 @@ def register_envs() -> None:
 
 
 def check_env_id(env_id: str) -> None:
-    """Raise ``ValueError`` unless ``env_id`` is registered (naming close matches)."""
+    """Raise ``ValueError`` unless ``env_id`` is registered (naming close matches among the ids
+    vecdqn trains on: the ALE's games and Catch)."""
     if not isinstance(env_id, str):
         raise ValueError(f"env_id={env_id!r} is invalid; use a registered id such as 'ALE/Breakout-v5'")
     register_envs()
     if env_id not in gym.registry:
-        close = difflib.get_close_matches(env_id, list(gym.registry), n=5, cutoff=0.6)
+        ids = [name for name, spec in gym.registry.items() if spec.entry_point == ALE_ENTRY_POINT or name == CATCH_ID]
+        close = difflib.get_close_matches(env_id, ids, n=5, cutoff=0.6)
         hint = f"did you mean one of {close}?" if close else "see gymnasium.registry for ids"
         raise ValueError(f"unknown env id {env_id!r}; {hint}")
 

@@ -15,7 +15,11 @@ from typing import Any
 
 from vecdqn.values import check_int
 
-__all__ = ["EnvOptions"]
+__all__ = ["MAX_SCREEN_SIZE", "EnvOptions"]
+
+# Largest observation side accepted, in pixels: several times an ALE screen (210 x 160). Each game
+# holds a few stacks of side**2 bytes, so far larger sides only exhaust the memory.
+MAX_SCREEN_SIZE = 1024
 
 
 def _f(default: Any, help: str) -> Any:  # noqa: A002 - "help" mirrors argparse
@@ -63,6 +67,9 @@ class EnvOptions:
             ("frame_stack", 1, "use 1 (no stacking) or more frames, e.g. 4"),
         ]:
             check_int(said(option, getattr(self, option)), getattr(self, option), minimum, hint)
+        if self.screen_size > MAX_SCREEN_SIZE:
+            raise ValueError(f"{said('screen_size', self.screen_size)} is invalid; use at most {MAX_SCREEN_SIZE} "
+                             "pixels (ALE screens are 210 x 160; DQN uses 84)")
         for option in ("episodic_life", "fire_reset"):
             value = getattr(self, option)
             if type(value).__name__ not in ("bool", "bool_"):
