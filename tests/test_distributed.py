@@ -206,7 +206,7 @@ def test_preflight_counts_the_actors_env_workers(tmp_path, monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(resource, "getrlimit", lambda which: (4_096, 4_096))
             preflight.preflight(config)
-    with pytest.raises(preflight.ConfigError, match=r"--actors 400 x --actor-envs 8 about 156.2 GiB for 3200 env"):
+    with pytest.raises(preflight.ConfigError, match=r"--actors 400 x --actor-envs 8 about 156.3 GiB for 3200 env"):
         preflight.preflight(config)
     preflight.preflight(catch_config(tmp_path, buffer_size=40_000, num_envs=2, actors=4, actor_envs=8))
 
