@@ -38,7 +38,7 @@ class EnvOptions:
     noop_max: int = _f(30, "at most this many no-op frames at the start of each game (0: none)")
     frame_skip: int = _f(4, "emulator frames per agent step (action repeat; max over the last two)")
     frame_stack: int = _f(4, "frames stacked into one observation")
-    screen_size: int = _f(84, "observation height and width in pixels")
+    screen_size: int = _f(84, "observation height and width in pixels (at most 1024)")
     episodic_life: bool = _f(True, "treat a lost life as the end of an episode for the learner")
     fire_reset: bool = _f(True, "press FIRE after each reset in games that have it")
     repeat_action_probability: float | None = _f(
