@@ -245,7 +245,7 @@ class Config:
     actor_block_steps: int = _f(32, "vector steps per block an actor ships (a block is this x --actor-envs "
                                     "agent steps)", "actors_only")
 
-    # --- tracking (Weights & Biases, through its own TensorBoard sync; needs the track extra) --
+    # --- tracking (Weights & Biases: what TensorBoard gets, at the same agent steps; needs the track extra) --
     track: bool = _f(False, "also send the run to Weights & Biases: its config, every TensorBoard scalar (same tags, "
                             "agent steps) and the evaluation videos; needs pip install -e \".[track]\" "
                             "(WANDB_MODE=offline writes it locally for a later 'wandb sync')",
