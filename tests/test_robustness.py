@@ -28,13 +28,22 @@ def parameters(run_dir: Path) -> dict[str, torch.Tensor]:
             **{f"target.{k}": v for k, v in state["agent"]["target"].items()}}
 
 
-def test_resume_with_saved_replay_matches_an_uninterrupted_run(tmp_path):
-    """600 agent steps straight == 300 steps, checkpoint, resume for 300 more (same seed, CPU)."""
-    straight = Trainer(catch_config(tmp_path / "a", total_steps=600, run_name="run"), progress=False).run()
+@pytest.mark.parametrize("prefetch", [False, True], ids=["synchronous", "prefetch"])
+def test_resume_with_saved_replay_matches_an_uninterrupted_run(tmp_path, prefetch):
+    """600 agent steps straight == 300 steps, checkpoint, resume for 300 more (same seed, CPU).
+    With prefetch the checkpoint also holds the last update's TD errors, not yet written back, and
+    the batch drawn for the next update; the resume writes and learns them where the straight run does."""
+    straight = Trainer(catch_config(tmp_path / "a", total_steps=600, run_name="run", prefetch=prefetch),
+                       progress=False).run()
 
-    first = catch_config(tmp_path / "b", total_steps=300, run_name="run", save_replay=True)
+    first = catch_config(tmp_path / "b", total_steps=300, run_name="run", save_replay=True, prefetch=prefetch)
     Trainer(first, progress=False).run()
     run_dir = tmp_path / "b" / "run"
+    held = checkpoint.load(run_dir / "checkpoints" / "latest.pt")["agent"].get("pipeline")
+    if prefetch:
+        assert held["pending"]["td_errors"].shape == (32,) and held["next"]["batch"]["obs"].dtype == torch.uint8
+    else:
+        assert held is None
     resumed = Trainer.from_checkpoint(run_dir, {"total_steps": 600}, progress=False).run()
     assert resumed["steps"] == 600 and resumed["updates"] == straight["updates"]
     assert resumed["episodes"] == straight["episodes"]  # the game count continues across the resume

@@ -63,6 +63,8 @@ class DQNLearner:
             overlap_forward=c.overlap_forward, build=lambda: QNetwork.from_config(c, n_actions, obs_shape),
         )
         self.pipeline: LearnerPipeline | None = None
+        self._saved_pipeline: dict[str, Any] | None = None  # a checkpoint's prefetch state, for `start`
+        self._replay_restored = False
 
     @property
     def network(self) -> torch.nn.Module:
@@ -83,12 +85,15 @@ class DQNLearner:
         return self.buffer.n_step
 
     def restore(self, saved: dict[str, Any]) -> None:
-        """Load a checkpoint's learner state (`state_dict`)."""
+        """Load a checkpoint's learner state (`state_dict`); what prefetch held is taken up by
+        `start` if the replay it belongs to is restored too (`restore_replay`)."""
         self.agent.load_state_dict(saved)
+        self._saved_pipeline = saved.get("pipeline")
 
     def restore_replay(self, replay: PrioritizedReplayBuffer) -> None:
         """Continue with a saved replay (before `start`, which builds the pipeline over it)."""
         self.buffer = replay
+        self._replay_restored = True
 
     def start_envs(self, count: int) -> None:
         """The replay takes ``count`` env streams (`PrioritizedReplayBuffer.start_envs`), e.g. the
@@ -102,6 +107,9 @@ class DQNLearner:
         frames = DeviceFrames(self.buffer, select_device(c.replay_device)) if c.replay_device else None
         self.pipeline = LearnerPipeline(self.buffer, self.agent, c.batch_size, per=c.per, prefetch=prefetch,
                                         frames=frames)
+        if self._saved_pipeline is not None and self._replay_restored:
+            self.pipeline.load_state_dict(self._saved_pipeline)
+        self._saved_pipeline = None
 
     def new_games(self) -> None:
         """Nothing to end: a checkpoint without the envs' state (a kept ``step_*.pt``, a failed
@@ -149,8 +157,11 @@ class DQNLearner:
             self.agent.sync_target()
 
     def sync(self) -> None:
-        """Nothing in flight: each update ends before `learn` returns (a prefetch thread only draws
-        the next batch)."""
+        """Wait for the prefetch thread's draw and the last update's results (prefetch; nothing
+        is in flight otherwise), leaving them for the next `learn` to write back and report, where
+        a run without this wait would."""
+        if self.pipeline is not None:
+            self.pipeline.settle()
 
     def scalars(self, step: int) -> dict[str, float]:
         """``charts/beta``, ``charts/learning_rate`` (the schedule's at ``step``: what an update at
@@ -164,8 +175,13 @@ class DQNLearner:
 
     # -- checkpoints --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Networks, optimizer and the exploration generator (`DQNAgent.state_dict`)."""
-        return self.agent.state_dict()
+        """Networks, optimizer and the exploration generator (`DQNAgent.state_dict`) and, with
+        prefetch, what the pipeline holds between updates (``pipeline``:
+        `LearnerPipeline.state_dict`). After `sync`."""
+        state = self.agent.state_dict()
+        if self.pipeline is not None and self.pipeline.prefetch:
+            state["pipeline"] = self.pipeline.state_dict()
+        return state
 
     def replay(self) -> PrioritizedReplayBuffer:
         """The replay, for a checkpoint with ``--save-replay``."""

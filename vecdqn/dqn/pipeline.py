@@ -32,6 +32,11 @@ queued on the same stream before the copy that overwrites them).
 The batch prefetched at the end of one vector step's updates is drawn before that step's
 transitions are stored: like the overlapped trainer's updates (see `vecdqn.trainer`), it is one
 vector step older, and its beta is the previous step's.
+
+A checkpoint keeps what prefetch holds between updates (`settle`, then `state_dict`): the last
+update's TD errors and metrics, not yet written back, and the batch already drawn for the next
+update. A run resumed with its replay (``--save-replay``) writes and learns them where the
+uninterrupted run would, so a prefetch run, too, resumes bit for bit on the CPU.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+import torch
 
 from vecdqn.dqn.agent import DQNAgent
 from vecdqn.dqn.device_replay import DeviceFrames
@@ -49,6 +55,17 @@ from vecdqn.staging import DeviceBatch, PendingUpdate, stage
 __all__ = ["LearnerPipeline"]
 
 Draw = tuple[np.ndarray, DeviceBatch]  # (indices (B,) int64, the batch on the learner's device)
+
+
+class _Finished:
+    """An update whose results are on the host already (`LearnerPipeline.settle`, or loaded from
+    a checkpoint): `PendingUpdate`'s ``result`` without the wait."""
+
+    def __init__(self, metrics: dict[str, float], td_errors: np.ndarray):
+        self.metrics, self.td_errors = metrics, td_errors
+
+    def result(self) -> tuple[dict[str, float], np.ndarray]:
+        return self.metrics, self.td_errors
 
 
 class LearnerPipeline:
@@ -72,7 +89,8 @@ class LearnerPipeline:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="vecdqn-sample") if prefetch else None
         self._drawing: Future[Draw] | None = None  # the next batch being drawn
         self._next: Draw | None = None  # the next batch, drawn
-        self._pending: tuple[np.ndarray, PendingUpdate] | None = None  # indices and results of the last update
+        # indices and results of the last update, written back when the next one starts (prefetch)
+        self._pending: tuple[np.ndarray, PendingUpdate | _Finished] | None = None
 
     # -- the sample thread's part (in prefetch mode) -------------------------------------------------
     def draw(self, beta: float) -> Draw:
@@ -141,6 +159,53 @@ class LearnerPipeline:
         """Wait for the draw in progress and keep its batch for the next update."""
         if self._drawing is not None:
             self._next, self._drawing = self._drawing.result(), None
+
+    def settle(self) -> None:
+        """Wait for the draw in progress and for the last update's results, without writing them
+        back: the replay and what prefetch holds are then what `state_dict` saves, and the order
+        of every operation on the replay is unchanged (before a checkpoint or an evaluation)."""
+        self.drain()
+        if self._pending is not None:
+            indices, pending = self._pending
+            self._pending = (indices, _Finished(*pending.result()))
+
+    def state_dict(self) -> dict[str, Any]:
+        """What prefetch holds between updates, as CPU tensors (after `settle`): ``pending``, the
+        last update's ``indices (B,) int64``, ``td_errors (B,) float32`` and ``metrics``, and
+        ``next``, the drawn batch's ``indices`` and `DeviceBatch` fields; each None when there is
+        none (always, without prefetch).
+
+        Raises:
+            RuntimeError: a draw or an update is still in flight (call `settle` first).
+        """
+        if self._drawing is not None or (self._pending is not None and not isinstance(self._pending[1], _Finished)):
+            raise RuntimeError("LearnerPipeline.state_dict called with a draw or update in flight; call settle() first")
+        pending = next_ = None
+        if self._pending is not None:
+            indices, done = self._pending
+            pending = {"indices": torch.from_numpy(np.asarray(indices, np.int64)),
+                       "td_errors": torch.from_numpy(np.asarray(done.td_errors, np.float32)),
+                       "metrics": dict(done.metrics)}
+        if self._next is not None:
+            indices, batch = self._next
+            next_ = {"indices": torch.from_numpy(np.asarray(indices, np.int64)),
+                     "batch": {name: tensor.cpu() for name, tensor in batch._asdict().items()}}
+        return {"pending": pending, "next": next_}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from `state_dict` over the replay it was saved with. Without prefetch the saved
+        TD errors are written back at once and the drawn batch is dropped (a synchronous run draws
+        its own)."""
+        pending, next_ = state.get("pending"), state.get("next")
+        if pending is not None:
+            indices, td_errors = pending["indices"].numpy(), pending["td_errors"].numpy()
+            if self.prefetch:
+                self._pending = (indices, _Finished(dict(pending["metrics"]), td_errors))
+            else:
+                self._write(indices, td_errors)
+        if next_ is not None and self.prefetch:
+            batch = DeviceBatch(**{name: tensor.to(self.agent.device) for name, tensor in next_["batch"].items()})
+            self._next = (next_["indices"].numpy(), batch)
 
     def close(self) -> None:
         """Stop the sample thread once the draw in progress is done (its result, or error, is
