@@ -185,7 +185,8 @@ class Config:
                           "weights and loss); the mode chosen is printed at the start and saved in config.json")
     prefetch: bool | None = _f(None, "sample the next batch on a background thread during each update; "
                                      "priorities then arrive one update late (as in Ape-X); unset: on with a CUDA "
-                                     "learner, off elsewhere (--no-prefetch: synchronous, priorities before the next sample)")
+                                     "learner, off elsewhere (--no-prefetch: synchronous, priorities before the "
+                                     "next sample)")
     overlap_forward: bool = _f(False, "CPU learner: compute the next observations' target and online Q-values on a "
                                       "second thread beside the batch's online forward pass (a core the env "
                                       "workers leave idle); the same arithmetic, so a run changes only in speed",
