@@ -1,5 +1,5 @@
 """Named starting points of a run: ``--preset catch``, ``pong``, ``labml`` (DQN), ``catch-pqn``
-and ``pong-pqn`` (PQN).
+and ``atari-pqn`` (PQN, any ALE game), with ``pong-pqn`` and ``breakout-pqn`` its named instances.
 
 Each preset maps `vecdqn.config.Config` option names to values; explicit command-line options
 win over them. Units as in `Config`: agent steps summed over envs unless a name says frames.
@@ -12,18 +12,22 @@ from typing import Any
 __all__ = ["PRESETS", "PRESET_SOURCES", "check_preset"]
 
 # Named starting points. Each maps option names to values; explicit command-line options win.
-# PQN on Atari for 2 CPU cores, in its authors' many-env shape (purejaxql's pqn_atari: 128 envs x
-# rollouts of 32 steps, 2 epochs of 32 minibatches of 128, lambda 0.65, gamma 0.99, RAdam 2.5e-4,
-# gradient norm 10, LayerNorm, no dueling head) at 44 px, the 128 games stepped by 2 env workers
-# of 64 (--envs-per-worker auto). Against CleanRL's 8 envs x 128 steps, 4 epochs of 4 x 256 it
-# halves the sample-gradients per agent step and runs ~2x the agent steps/s (docs/pqn.md).
-# Orthogonal initial weights (CleanRL's PQN layer_init) end Pong's flat start sooner than
-# PyTorch's defaults (docs/results.md). The pong-pqn and breakout-pqn presets.
-_PQN_ATARI: dict[str, Any] = dict(
+# PQN for any ALE game on 2 CPU cores (--preset atari-pqn --env-id GAME), one set of values for
+# every game as PQN's authors use one config for all 57: their many-env shape (purejaxql's
+# pqn_atari: 128 envs x rollouts of 32 steps, 2 epochs of 32 minibatches of 128, lambda 0.65,
+# gamma 0.99, RAdam 2.5e-4, gradient norm 10, LayerNorm, no dueling head), the 128 games stepped
+# by 2 env workers of 64 (--envs-per-worker auto), for the 10M agent steps (40M frames) of the
+# published curves. Against CleanRL's 8 envs x 128 steps, 4 epochs of 4 x 256 it halves the
+# sample-gradients per agent step and runs ~2x the agent steps/s (docs/pqn.md). Orthogonal
+# initial weights (CleanRL's PQN layer_init) end Pong's flat start sooner than PyTorch's
+# defaults. 64 px: at 44 px Breakout's ball is under a pixel wide and greedy play stayed below
+# 300 (best +95, two seeds), at 64 px both seeds passed 300 within 10M agent steps, and 64 px
+# runs ~1.9x the speed of 84 px (docs/presets.md has the measurements).
+_ATARI_PQN: dict[str, Any] = dict(
     algo="pqn",
     total_steps=10_000_000,
     num_envs=128,
-    screen_size=44,
+    screen_size=64,
     hidden_size=512,
     dueling=False,
     init="orthogonal",
@@ -42,7 +46,10 @@ _PQN_ATARI: dict[str, Any] = dict(
     # actions lag one rollout; docs/pqn.md).
     overlap_update=True,
     log_every=10_000,
+    checkpoint_every=500_000,
     keep_checkpoints=True,
+    # The run does not stop to evaluate: its kept checkpoints are evaluated afterwards
+    # (scripts/evaluate.py --every-checkpoint --episodes 10 --keep-best).
     eval_every=0,
     eval_episodes=10,
 )
@@ -169,13 +176,13 @@ PRESETS: dict[str, dict[str, Any]] = {
         checkpoint_every=0,
         eval_every=0,
     ),
-    "pong-pqn": dict(env_id="PongNoFrameskip-v4", **_PQN_ATARI, checkpoint_every=250_000),
-    # PQN on Breakout, 2 CPU cores: the pong-pqn shape and values on BreakoutNoFrameskip-v4 for
-    # the 10M agent steps of the published Breakout curves (CleanRL's PQN and DQN), at 64 px: at
-    # 44 px the ball is under a pixel wide and greedy play stayed below 300 (best +95 at every 2M
-    # agent steps, two seeds); at 64 px both seeds reached greedy >= 300 within 10M (+319 at 8M,
-    # +343 at 10M), and it runs ~1.9x faster than 84 px.
-    "breakout-pqn": dict(_PQN_ATARI, env_id="BreakoutNoFrameskip-v4", screen_size=64),
+    "atari-pqn": _ATARI_PQN,
+    # Named instances of atari-pqn: its values with the game's env id. Pong alone overrides two:
+    # 44 px, where Pong learns as at 64 px (greedy >= +18 by 2.0M-3.25M agent steps, two seeds)
+    # and runs ~1.6x the agent steps/s of 64 px (docs/presets.md); and a checkpoint every 250,000
+    # agent steps, since it learns within the first 4M.
+    "pong-pqn": dict(_ATARI_PQN, env_id="PongNoFrameskip-v4", screen_size=44, checkpoint_every=250_000),
+    "breakout-pqn": dict(_ATARI_PQN, env_id="BreakoutNoFrameskip-v4"),
 }
 
 
@@ -188,12 +195,12 @@ PRESET_SOURCES = {
     "labml": "labml's annotated DQN experiment on Breakout (labml_nn.rl.dqn), converted to agent steps",
     "catch-pqn": "PQN (Gallici et al. 2025) on the pixel Catch game: 8 envs, rollouts of 16 steps, 4 epochs of "
                  "8 minibatches",
-    "pong-pqn": "PQN (Gallici et al. 2025) on PongNoFrameskip-v4 in its authors' shape (purejaxql pqn_atari: 128 "
-                "envs x 32 steps, 2 epochs of 32 minibatches, lambda 0.65, RAdam 2.5e-4, LayerNorm, orthogonal "
-                "initial weights as CleanRL's PQN) at 44 px",
-    "breakout-pqn": "PQN (Gallici et al. 2025) on BreakoutNoFrameskip-v4: the pong-pqn preset's shape and values "
-                    "(purejaxql pqn_atari's 128 envs x 32 steps, 2 epochs of 32 minibatches) at 64 px for 10M "
-                    "agent steps",
+    "atari-pqn": "PQN (Gallici et al. 2025) for any ALE game (--env-id; default Breakout) in its authors' shape "
+                 "(purejaxql pqn_atari: 128 envs x 32 steps, 2 epochs of 32 minibatches, lambda 0.65, RAdam 2.5e-4, "
+                 "LayerNorm, orthogonal initial weights as CleanRL's PQN) at 64 px for 10M agent steps",
+    "pong-pqn": "atari-pqn on PongNoFrameskip-v4 at 44 px (as fast to learn as 64 px, ~1.6x the speed) with a "
+                "checkpoint every 250,000 agent steps",
+    "breakout-pqn": "atari-pqn on BreakoutNoFrameskip-v4",
 }
 
 
