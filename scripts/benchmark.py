@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from vecdqn.benchmarks import QUICK, SECTIONS, Row, run_sections  # noqa: E402
-from vecdqn.cli import OneLineErrorParser, UsageError, fail  # noqa: E402
+from vecdqn.cli import OneLineErrorParser, UsageError, fail, whole_number  # noqa: E402
 
 PROG = "benchmark.py"
 
@@ -25,7 +25,7 @@ PROG = "benchmark.py"
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(prog=PROG, description=__doc__.split("\n\n")[0], allow_abbrev=False,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=5,
+    parser.add_argument("--repeats", type=whole_number, default=5,
                         help="interleaved rounds per row; rows are medians (default 5)")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the rows as a JSON list")
     parser.add_argument("--quick", action="store_true",

@@ -34,7 +34,7 @@ from pathlib import Path
 # Run from a source checkout without installing: make the package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vecdqn.cli import OneLineErrorParser, UsageError, error_line, exit_code  # noqa: E402
+from vecdqn.cli import OneLineErrorParser, UsageError, error_line, exit_code, finite_number, whole_number  # noqa: E402
 from vecdqn.tuning import StudyError, require_optuna  # noqa: E402
 from vecdqn.tuning.space import Dimension, SpaceError, parse_space, read_space_file  # noqa: E402
 
@@ -61,9 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--objective", choices=("eval", "train"), default="eval",
                         help="eval: mean return of the run's periodic evaluation (the last one at the end; needs "
                         "--eval-every); train: mean raw return of its last 100 training games (default: eval)")
-    parser.add_argument("--n-trials", type=int, default=20, metavar="N",
+    parser.add_argument("--n-trials", type=whole_number, default=20, metavar="N",
                         help="trials to run in this invocation (default: 20)")
-    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+    parser.add_argument("--timeout", type=finite_number, default=None, metavar="SECONDS",
                         help="start no trial after this many seconds (a running one finishes; default: none)")
     parser.add_argument("--study-name", default="", metavar="NAME",
                         help="the study (default: tune-<env id>); the same name continues it")
@@ -73,16 +73,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pruner", choices=("median", "threshold", "none"), default="median",
                         help="median: stop a trial whose best value so far is below the median of earlier trials at "
                         "the same agent step; threshold: stop one below --prune-below; none (default: median)")
-    parser.add_argument("--pruner-startup-trials", type=int, default=5, metavar="N",
+    parser.add_argument("--pruner-startup-trials", type=whole_number, default=5, metavar="N",
                         help="trials that finish before the median pruner stops any (default: 5)")
-    parser.add_argument("--pruner-warmup-steps", type=int, default=0, metavar="STEPS",
+    parser.add_argument("--pruner-warmup-steps", type=whole_number, default=0, metavar="STEPS",
                         help="agent steps of each trial before it can be stopped (default: 0)")
-    parser.add_argument("--prune-below", type=float, default=None, metavar="VALUE",
+    parser.add_argument("--prune-below", type=finite_number, default=None, metavar="VALUE",
                         help="--pruner threshold: stop a trial whose value is below this")
-    parser.add_argument("--sampler-seed", type=int, default=None, metavar="SEED",
+    parser.add_argument("--sampler-seed", type=whole_number, default=None, metavar="SEED",
                         help="seed of the TPE sampler; trial n samples with a seed drawn from (SEED, n), so tuners "
                         "running one study together draw differently (default: none, i.e. random)")
-    parser.add_argument("--top", type=int, default=5, metavar="N", help="rows of the final table (default: 5)")
+    parser.add_argument("--top", type=whole_number, default=5, metavar="N", help="rows of the final table (default: 5)")
     return parser
 
 

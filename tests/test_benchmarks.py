@@ -65,6 +65,13 @@ def test_table_and_json(tmp_path):
     ([], "choose at least one section: --env, --replay, --learner, --train"),
     (["--replay", "--repeats", "0"], "--repeats 0 must be >= 1"),
     (["--replay", "--replay-envs", "x"], "invalid int value"),
+    (["--replay", "--replay-envs", "٨"], "argument --replay-envs: invalid int value: '٨'"),
+    # a finite number of seconds: inf would run the whole preset, nan was refused only by accident
+    (["--estimate", "--preset", "catch", "--estimate-seconds", "inf"],
+     "argument --estimate-seconds: invalid float value: 'inf' (a finite number"),
+    (["--estimate", "--estimate-seconds", "nan"], "argument --estimate-seconds: invalid float value: 'nan'"),
+    (["--learner", "--learner-seconds", "inf"], "argument --learner-seconds: invalid float value: 'inf'"),
+    (["--update", "--update-seconds=-inf"], "argument --update-seconds: invalid float value: '-inf'"),
     (["--replay", "--json"], "expected one argument"),
     (["--update", "--update-preset", "nope"], "argument --update-preset: invalid choice: 'nope'"),
     (["--update", "--update-batch-sizes", "32", "0"], "--update-batch-sizes 32 0: each must be >= 1"),

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from vecdqn.cli import UsageError, build_parser, check_options_apply, parse_args, parse_config
-from vecdqn.config import Config
+from vecdqn.cli import OPTION_TYPES, UsageError, build_parser, check_options_apply, parse_args, parse_config
+from vecdqn.config import MAX_COUNT, Config, option_flag
 from vecdqn.envs import check_family_options
 from vecdqn.presets import PRESETS
 from vecdqn.schedules import PiecewiseLinear
@@ -65,6 +65,12 @@ def test_preset_sets_defaults_but_explicit_options_win():
         (["--max-grad-norm", "-1"], "--max-grad-norm -1.0 must be a finite number >= 0"),
         (["--overlap-forward", "--compile"], "--overlap-forward cannot be combined with --compile"),
         (["--total-steps", "abc"], "invalid int value: 'abc'"),  # argparse's own error, in one line
+        # Python's int reads Arabic-Indic digits as 12; an option takes the digits 0-9 only
+        (["--seed", "١٢"], "argument --seed: invalid int value: '١٢' (a whole number in the digits 0-9"),
+        (["--total-steps", "1e26"], "argument --total-steps: invalid int value: '1e26'"),
+        (["--total-steps", "1" + "0" * 26], "--total-steps 100000000000000000000000000 is above 10**12, the "
+                                             "largest count an option takes"),
+        (["--gamma", "inf"], "argument --gamma: invalid float value: 'inf' (a finite number"),
     ],
 )
 def test_bad_values_exit_2_with_one_line(argv, message, capsys):
@@ -74,6 +80,31 @@ def test_bad_values_exit_2_with_one_line(argv, message, capsys):
     err = capsys.readouterr().err
     assert message in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", [name for name, kind in OPTION_TYPES.items() if kind == "float"])
+def test_every_decimal_option_refuses_values_that_are_not_finite(name):
+    """inf, -inf, nan (and 1e400, which a float reads as inf) are refused as the command line is
+    read, naming the option, for either learner and before any other check."""
+    for text in ("inf", "-inf", "nan", "1e400", "-Infinity"):
+        with pytest.raises(UsageError, match=rf"^argument {option_flag(name)}: invalid float value: '{text}' \(a "
+                                             r"finite number, e\.g\. 0\.5 or 1e-4; not inf or nan\)"):
+            parse_config([f"{option_flag(name)}={text}"])  # with "=": argparse takes "-inf" alone for a flag
+
+
+def test_whole_numbers_take_ascii_digits_and_counts_stop_at_10_12():
+    """The digits 0-9 with a sign and _ between digits, as the help says; no count above 10**12,
+    on the command line or through `Config`."""
+    config, _ = parse_config(["--total-steps", "1_000_000_000_000", "--seed", "+12", "--n-step", " 3"])
+    assert (config.total_steps, config.seed, config.n_step) == (MAX_COUNT, 12, 3)
+    for text in ("١٢", "１２", "12.0", "1e3", "1__0", "0x10"):  # Arabic-Indic and fullwidth digits among them
+        with pytest.raises(UsageError, match=f"^argument --seed: invalid int value: '{text}'"):
+            parse_config(["--seed", text])
+    with pytest.raises(UsageError, match=r"^--total-steps 1000000000001 is above 10\*\*12"):
+        parse_config(["--total-steps", str(MAX_COUNT + 1)])
+    with pytest.raises(ValueError, match=r"^--buffer-size 10000000000000 is above 10\*\*12"):
+        Config(buffer_size=10**13).validate()
+    assert "digits 0-9" in build_parser().description and "10**12" in build_parser().description
 
 
 def test_atari_only_options_are_refused_for_catch_and_kept_for_ale_games():

@@ -58,6 +58,7 @@ def test_two_point_options_are_a_two_point_schedule():
     (["--learning-rate-schedule", "0:1e-3", "--learning-rate", "1e-4"], "--learning-rate-schedule and"),
     (["--per-beta-schedule", "0:0.4", "--per-beta-steps", "10"], "--per-beta-schedule and --per-beta-steps"),
     (["--epsilon-schedule", "0:1.0,100"], "'100' is not a 'step:value' pair"),
+    (["--epsilon-schedule", "0:1.0,١٠٠:0.1"], "'١٠٠:0.1' is not a 'step:value' pair"),  # digits 0-9 only
     (["--epsilon-schedule", "100:1.0,50:0.1"], "must increase strictly"),
     (["--epsilon-schedule", "0:1.5"], "must be in [0, 1]"),
     (["--learning-rate-schedule", "0:0"], "must be positive"),

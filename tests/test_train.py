@@ -111,7 +111,7 @@ def test_corrupt_checkpoint_on_resume_exits_2(tmp_path):
         (["--env-id", "vecdqn/Catch-v0", "--screen-size", "10"], "--screen-size 10 is too small"),
         (["--env-id", "CartPole-v1"], "--env-id CartPole-v1"),
         (["--device", "cuda:abc"], "--device 'cuda:abc' is not one of auto, cpu, cuda, cuda:N, mps"),
-        (["--per-alpha", "nan"], "--per-alpha nan"),
+        (["--per-alpha", "nan"], "argument --per-alpha: invalid float value: 'nan'"),
         # valid alone, but FIRE's one agent step of 100,000 frames ends every game it starts
         (["--frame-skip", "100000", "--total-steps", "100", "--learning-starts", "50"], "--frame-skip 100000"),
         # an Atari-only option that Catch would ignore

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 __all__ = [
     "OneLineErrorParser", "UsageError", "build_parser", "check_options_apply",
     "check_output_path", "error_line", "exit_code", "OPTION_TYPES", "option_flags",
-    "explicit_options", "main", "parse_args", "parse_config", "preset_values", "presets_help",
+    "explicit_options", "finite_number", "main", "parse_args", "parse_config", "preset_values", "presets_help",
+    "whole_number",
 ]
 
 PROG = "train.py"
@@ -53,6 +54,49 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def whole_number(text: str) -> int:
+    """An integer option's value (argparse's ``type`` for them in every script): ASCII digits
+    0-9 with an optional sign and ``_`` between digits (``10_000_000``), as Python writes an
+    integer. Not ``1e7``, and not the digits of other scripts that Python's ``int`` also reads
+    (``int("١٢")`` is 12).
+
+    Raises:
+        argparse.ArgumentTypeError: anything else; argparse reports it as one line naming the option.
+
+    >>> whole_number("10_000_000"), whole_number("-3")
+    (10000000, -3)
+    """
+    if text.isascii():
+        try:
+            return int(text)
+        except ValueError:
+            pass
+    raise argparse.ArgumentTypeError(f"invalid int value: {text!r} (a whole number in the digits 0-9, with an "
+                                     "optional sign and _ between digits, e.g. 10_000_000; not 1e7)")
+
+
+def finite_number(text: str) -> float:
+    """A decimal option's value (argparse's ``type`` for them in every script): a finite number in
+    ASCII (``0.5``, ``1e-4``, ``-2``); ``inf``, ``nan`` and numbers too large for a float
+    (``1e400``) are refused, as are digits of other scripts.
+
+    Raises:
+        argparse.ArgumentTypeError: anything else; argparse reports it as one line naming the option.
+
+    >>> finite_number("1e-4"), finite_number("-2")
+    (0.0001, -2.0)
+    """
+    if text.isascii():
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if math.isfinite(value):
+            return value
+    raise argparse.ArgumentTypeError(f"invalid float value: {text!r} (a finite number, e.g. 0.5 or 1e-4; not inf "
+                                     "or nan)")
 
 
 def error_line(prog: str, err: BaseException) -> str:
@@ -159,7 +203,8 @@ def build_parser() -> OneLineErrorParser:
         description="Train a Q-learning agent on an Atari game: DQN (double DQN, dueling network, prioritized "
         "replay; the default) or PQN (--algo pqn: rollouts of the vector env, Q(lambda) returns). "
         "All counts are agent steps summed over envs (1 agent step = frame-skip emulator frames) "
-        "unless the option says frames.",
+        "unless the option says frames. Whole numbers are written in the digits 0-9 (an optional sign, _ between "
+        "digits: 10_000_000, not 1e7) and no count exceeds 10**12; decimal numbers must be finite (not inf or nan).",
         formatter_class=_HelpFormatter,
         epilog=presets_help(),
         # A prefix such as --total for --total-steps would be parsed but not seen by
@@ -172,7 +217,7 @@ def build_parser() -> OneLineErrorParser:
         if type_name == "bool":
             kwargs["action"] = argparse.BooleanOptionalAction  # --name / --no-name, as `option_flags` spells them
         else:
-            kwargs["type"] = {"int": int, "float": float, "str": str}[type_name]
+            kwargs["type"] = {"int": whole_number, "float": finite_number, "str": str}[type_name]
             kwargs["metavar"] = type_name.upper()
         parser.add_argument(option_flag(f.name), dest=f.name, **kwargs)
     return parser

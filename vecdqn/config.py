@@ -32,6 +32,10 @@ from vecdqn.schedules import parse_pairs, replaced_options
 
 # The smallest frame the Nature-DQN torso turns into at least one 1×1 feature map.
 MIN_SCREEN_SIZE = 36
+# The largest value of any whole-number option but --seed: 10**12 agent steps is over three years of
+# training at 10,000 agent steps/s, and a count this size stays exact where the schedules turn it into
+# a float64 (exact to 2**53) and where TensorBoard stores steps as int64.
+MAX_COUNT = 10**12
 # The Q-network's initial weights (`vecdqn.model.QNetwork`'s ``init``).
 NETWORK_INITS = ("torch", "orthogonal")
 # The rules an option can carry (each `Config` field's ``metadata["rules"]``), read through
@@ -353,7 +357,12 @@ class Config:
 
 
 def _check_ranges(c: Config) -> None:
-    """Each number on its own: counts, rates, probabilities."""
+    """Each number on its own: counts (none above `MAX_COUNT`), rates, probabilities."""
+    for f in fields(c):
+        value = getattr(c, f.name)
+        if f.type == "int" and f.name != "seed" and value > MAX_COUNT:
+            raise ValueError(f"{option_flag(f.name)} {value} is above 10**12, the largest count an option takes "
+                             "(10**12 agent steps are over 3 years at 10,000 agent steps/s)")
     positive = [
         "total_steps", "num_envs", "buffer_size", "batch_size", "train_frequency",
         "target_update_frequency", "n_step", "log_every", "hidden_size", "eval_episodes", "per_beta_steps",

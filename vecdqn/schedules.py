@@ -74,14 +74,14 @@ def parse_pairs(text: str) -> list[tuple[float, float]]:
     [(0, 1.0), (800000, 0.1)]
 
     Raises:
-        ValueError: naming the bad pair: not ``step:value`` numbers, a negative step, a value
-            that is not finite, or steps that do not increase.
+        ValueError: naming the bad pair: not ``step:value`` numbers in ASCII digits, a negative
+            step, a value that is not finite, or steps that do not increase.
     """
     points: list[tuple[float, float]] = []
     for pair in text.split(","):
         step, sep, value = pair.strip().partition(":")
         try:
-            if not sep:
+            if not sep or not pair.isascii():  # int and float also read other scripts' digits
                 raise ValueError
             point = (int(step), float(value))
         except ValueError:

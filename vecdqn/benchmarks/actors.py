@@ -15,6 +15,7 @@ import tempfile
 import time
 
 from vecdqn.benchmarks.harness import Row, interleaved
+from vecdqn.cli import whole_number
 
 __all__ = ["QUICK", "add_arguments", "run"]
 
@@ -27,12 +28,13 @@ ENV = "vecdqn/Catch-v0"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("--actors section")
     group.add_argument("--actors", action="store_true", help="benchmark distributed actors feeding the learner")
-    group.add_argument("--actors-steps", type=int, default=4096,
+    group.add_argument("--actors-steps", type=whole_number, default=4096,
                        help="agent steps measured after learning starts (default 4096)")
-    group.add_argument("--actors-learning-starts", type=int, default=1024,
+    group.add_argument("--actors-learning-starts", type=whole_number, default=1024,
                        help="agent steps collected before the measured part (default 1024)")
     group.add_argument("--actors-counts", default="1,2,4", help="actor counts to compare (default 1,2,4)")
-    group.add_argument("--actors-envs", type=int, default=2, help="envs per actor, and of the trainer (default 2)")
+    group.add_argument("--actors-envs", type=whole_number, default=2,
+                       help="envs per actor, and of the trainer (default 2)")
 
 
 def _flags(args: argparse.Namespace, log_dir: str, actors: int) -> list[str]:

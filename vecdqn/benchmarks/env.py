@@ -30,6 +30,7 @@ from collections.abc import Callable
 import numpy as np
 
 from vecdqn.benchmarks.harness import ENV_ID, Row, interleaved
+from vecdqn.cli import whole_number
 
 __all__ = ["QUICK", "add_arguments", "ale_game", "check_arguments", "emulator_ceiling", "env_steps_per_second",
            "make_env_impl", "run"]
@@ -43,13 +44,14 @@ IMPLS = ("ale_vector", "vecdqn", "vecdqn_batched", "gymnasium", "plain_loop")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("--env section")
     group.add_argument("--env", action="store_true", help="benchmark the env pipelines (random actions)")
-    group.add_argument("--env-nums", type=int, nargs="+", default=[8, 16, 32, 64, 128],
+    group.add_argument("--env-nums", type=whole_number, nargs="+", default=[8, 16, 32, 64, 128],
                        help="numbers of envs (default 8 16 32 64 128)")
-    group.add_argument("--env-steps", type=int, default=8000,
+    group.add_argument("--env-steps", type=whole_number, default=8000,
                        help="agent steps (summed over envs) per timed block (default 8000)")
     group.add_argument("--env-id", default=ENV_ID, help=f"the game (default {ENV_ID})")
-    group.add_argument("--env-screen-size", type=int, default=84, help="observation side in pixels (default 84)")
-    group.add_argument("--env-ks", type=int, nargs="+", default=None,
+    group.add_argument("--env-screen-size", type=whole_number, default=84,
+                       help="observation side in pixels (default 84)")
+    group.add_argument("--env-ks", type=whole_number, nargs="+", default=None,
                        help="envs per worker tried for vecdqn_batched, the best ratio reported (default: the "
                             "default rule's K and half of it; values that do not divide N are skipped)")
 

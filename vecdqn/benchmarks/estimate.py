@@ -19,6 +19,7 @@ import time
 from typing import Any, NamedTuple
 
 from vecdqn.benchmarks.harness import Row, check_train_options
+from vecdqn.cli import finite_number
 from vecdqn.presets import PRESETS
 
 __all__ = ["PUBLISHED", "QUICK", "Published", "add_arguments", "check_arguments", "expected_minutes", "run",
@@ -58,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "published result (one run; --repeats does not apply)")
     group.add_argument("--preset", default="pong", choices=sorted(PRESETS),
                        help="the preset to estimate (default pong)")
-    group.add_argument("--estimate-seconds", type=float, default=40.0,
+    group.add_argument("--estimate-seconds", type=finite_number, default=40.0,
                        help="seconds of learning to measure, after the first update (default 40)")
     group.add_argument("--estimate-options", default="",
                        help="more train.py options for the run, e.g. '--amp off' (default none)")

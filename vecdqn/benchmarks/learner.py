@@ -14,6 +14,7 @@ import numpy as np
 
 from vecdqn.benchmarks.harness import Row
 from vecdqn.benchmarks.loop import loop_rows, options_note
+from vecdqn.cli import finite_number, whole_number
 
 __all__ = ["QUICK", "add_arguments", "learner_updates_per_second", "random_batch", "run", "torch_threads"]
 
@@ -26,22 +27,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     group = parser.add_argument_group("--learner section")
     group.add_argument("--learner", action="store_true", help="benchmark DQNAgent.update")
-    group.add_argument("--learner-batches", type=int, nargs="+", default=[32, 256], help="batch sizes (default 32 256)")
+    group.add_argument("--learner-batches", type=whole_number, nargs="+", default=[32, 256],
+                       help="batch sizes (default 32 256)")
     group.add_argument("--device", default="auto", help="learner device: auto, cpu, cuda (default auto)")
-    group.add_argument("--torch-threads", type=int, default=0,
+    group.add_argument("--torch-threads", type=whole_number, default=0,
                        help="torch intra-op threads (0: the trainer's rule for --num-envs; default 0)")
-    group.add_argument("--num-envs", type=int, default=8,
+    group.add_argument("--num-envs", type=whole_number, default=8,
                        help="envs of the --train runs and of the thread rule (default 8)")
     group.add_argument("--compile", action="store_true",
                        help="build the agents with compile=True (CUDA graphs on CUDA; default off)")
     group.add_argument("--amp", default="off", choices=list(AMP_DTYPES), help="autocast of the agents (default off)")
     group.add_argument("--replay-device", default="",
                        help="device of the frames' copy in the loop rows and in an extra --train row (default none)")
-    group.add_argument("--learner-seconds", type=float, default=3.0,
+    group.add_argument("--learner-seconds", type=finite_number, default=3.0,
                        help="seconds each learner row is timed for (default 3; --quick: 0.1)")
-    group.add_argument("--loop-batches", type=int, nargs="*", default=[32],
+    group.add_argument("--loop-batches", type=whole_number, nargs="*", default=[32],
                        help="batch sizes of the learner-loop rows; none to skip them (default 32)")
-    group.add_argument("--loop-capacity", type=int, default=2**15,
+    group.add_argument("--loop-capacity", type=whole_number, default=2**15,
                        help="replay slots filled for the learner-loop rows (default 2^15)")
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from vecdqn.benchmarks.env import env_steps_per_second
 from vecdqn.benchmarks.harness import Row, check_train_options, interleaved
+from vecdqn.cli import whole_number
 from vecdqn.presets import PRESETS
 
 __all__ = ["PONG_ID", "QUICK", "add_arguments", "check_arguments", "run"]
@@ -30,10 +31,10 @@ QUICK = {"pqn_envs": 8, "pqn_steps": 1024}
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("--pqn section")
     group.add_argument("--pqn", action="store_true", help="benchmark PQN end to end against the env pipeline alone")
-    group.add_argument("--pqn-envs", type=int, default=PRESETS["pong-pqn"]["num_envs"],
+    group.add_argument("--pqn-envs", type=whole_number, default=PRESETS["pong-pqn"]["num_envs"],
                        help="envs of both rows; the preset's rollout length stays (default: the pong-pqn "
                             "preset's, %(default)s)")
-    group.add_argument("--pqn-steps", type=int, default=40_000,
+    group.add_argument("--pqn-steps", type=whole_number, default=40_000,
                        help="agent steps of each measured PQN run and env-only block (default 40000: ten "
                             "rollouts of the preset's 128 envs x 32 steps)")
     group.add_argument("--pqn-options", default="",

@@ -28,6 +28,7 @@ import numpy as np
 from vecdqn.benchmarks.baselines import LoopPriorityIndex
 from vecdqn.benchmarks.harness import Row, available_memory_bytes, interleaved, rss_bytes, time_block
 from vecdqn.benchmarks.stacked_replay import StackedReplayBuffer
+from vecdqn.cli import whole_number
 from vecdqn.replay import PrioritizedReplayBuffer, PriorityIndex, last_wins
 
 __all__ = ["OBS_SHAPE", "QUICK", "FrameStackData", "ReplayBench", "add_arguments", "run"]
@@ -41,13 +42,13 @@ QUICK = {"replay_capacity": 4096, "replay_stacked_capacity": 512, "replay_envs":
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("--replay section")
     group.add_argument("--replay", action="store_true", help="benchmark the replay buffers")
-    group.add_argument("--replay-capacity", type=int, default=2**20,
+    group.add_argument("--replay-capacity", type=whole_number, default=2**20,
                        help="slots of the vecdqn buffer that is timed and whose RSS is reported (default 2^20)")
-    group.add_argument("--replay-stacked-capacity", type=int, default=2**15,
+    group.add_argument("--replay-stacked-capacity", type=whole_number, default=2**15,
                        help="transitions of the stacked buffer, 56 KiB each (default 2^15 = 1.8 GiB); vecdqn "
                             "is also timed at this capacity for a like-for-like ratio")
-    group.add_argument("--replay-envs", type=int, default=8, help="N envs per add (default 8)")
-    group.add_argument("--replay-batches", type=int, nargs="+", default=[32, 512],
+    group.add_argument("--replay-envs", type=whole_number, default=8, help="N envs per add (default 8)")
+    group.add_argument("--replay-batches", type=whole_number, nargs="+", default=[32, 512],
                        help="sample batch sizes (default 32 512)")
 
 

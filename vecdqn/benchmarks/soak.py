@@ -15,6 +15,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 from vecdqn.benchmarks.harness import Row
+from vecdqn.cli import whole_number
 
 __all__ = ["QUICK", "Sampler", "SoakSample", "add_arguments", "run", "soak"]
 
@@ -25,10 +26,11 @@ QUICK = {"soak_steps": 4_000, "soak_every": 1_000, "soak_buffer": 1_000}
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("--soak section")
     group.add_argument("--soak", action="store_true", help="a long Catch run, sampling RSS and open files")
-    group.add_argument("--soak-steps", type=int, default=200_000, help="agent steps of the run (default 200000)")
-    group.add_argument("--soak-every", type=int, default=10_000,
+    group.add_argument("--soak-steps", type=whole_number, default=200_000,
+                       help="agent steps of the run (default 200000)")
+    group.add_argument("--soak-every", type=whole_number, default=10_000,
                        help="sample every this many agent steps once the replay is full (default 10000)")
-    group.add_argument("--soak-buffer", type=int, default=10_000, help="replay capacity (default 10000)")
+    group.add_argument("--soak-buffer", type=whole_number, default=10_000, help="replay capacity (default 10000)")
 
 
 @dataclass

@@ -20,6 +20,7 @@ from vecdqn.benchmarks.baselines import SingleEnvLoop
 from vecdqn.benchmarks.env import env_steps_per_second
 from vecdqn.benchmarks.harness import ENV_ID, Row, interleaved
 from vecdqn.benchmarks.learner import learner_updates_per_second, torch_threads
+from vecdqn.cli import whole_number
 
 __all__ = ["PLAIN_DQN", "QUICK", "add_arguments", "run", "single_loop_sps", "trainer_learning_sps"]
 
@@ -34,9 +35,9 @@ PLAIN_DQN = ["--no-dueling", "--no-double", "--no-per", "--n-step", "1", "--trai
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("--train section")
     group.add_argument("--train", action="store_true", help="benchmark end-to-end training")
-    group.add_argument("--train-steps", type=int, default=2000,
+    group.add_argument("--train-steps", type=whole_number, default=2000,
                        help="agent steps measured after learning starts (default 2000)")
-    group.add_argument("--train-learning-starts", type=int, default=2000,
+    group.add_argument("--train-learning-starts", type=whole_number, default=2000,
                        help="agent steps collected before the measured part (default 2000)")
 
 

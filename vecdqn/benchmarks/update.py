@@ -20,6 +20,7 @@ import numpy as np
 
 from vecdqn.benchmarks.harness import Row, interleaved
 from vecdqn.benchmarks.learner import random_batch
+from vecdqn.cli import finite_number, whole_number
 
 __all__ = ["QUICK", "add_arguments", "run", "update_timer"]
 
@@ -38,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--update-preset", default="pong", choices=list(PRESETS),
                        help="preset whose env (for the number of actions), screen size, hidden size and batch "
                             "size give the network and batch (default pong)")
-    group.add_argument("--update-threads", type=int, nargs="+", default=[1, 2],
+    group.add_argument("--update-threads", type=whole_number, nargs="+", default=[1, 2],
                        help="torch intra-op thread counts (default 1 2)")
     group.add_argument("--update-amp", nargs="+", choices=list(AMP_DTYPES), default=list(AMP_DTYPES),
                        help="autocast variants (default off bf16)")
@@ -46,11 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="torch.compile variants (default off on)")
     group.add_argument("--update-overlap", nargs="+", choices=["off", "on"], default=["off"],
                        help="--overlap-forward variants (default off; 'off on' times both; never with compile)")
-    group.add_argument("--update-batch-sizes", type=int, nargs="+", default=None, metavar="B",
+    group.add_argument("--update-batch-sizes", type=whole_number, nargs="+", default=None, metavar="B",
                        help="batch sizes to time, in transitions per update (default: the preset's); the note gives "
                             "ms per sampled transition, to compare a batch of 2B every 2 agent steps with B "
                             "every agent step")
-    group.add_argument("--update-seconds", type=float, default=3.0,
+    group.add_argument("--update-seconds", type=finite_number, default=3.0,
                        help="seconds each variant is timed for in each round (default 3)")
 
 

@@ -97,11 +97,14 @@ def _field_name(text: str) -> str:
 
 
 def _number(text: str, kind: str, spec: str, name: str) -> float | int:
-    """``text`` as option ``name``'s number type (``"1e3"`` is accepted for an integer option)."""
+    """``text`` as option ``name``'s number type (``"1e3"`` is accepted for an integer option), in the
+    ASCII digits 0-9 only (Python's ``float`` also reads other scripts' digits)."""
     try:
+        if not text.isascii():
+            raise ValueError(text)
         value = float(text)
     except ValueError:
-        raise SpaceError(f"--space {spec}: {text.strip()!r} is not a number") from None
+        raise SpaceError(f"--space {spec}: {text.strip()!r} is not a number in the digits 0-9") from None
     if not math.isfinite(value):
         raise SpaceError(f"--space {spec}: {text.strip()!r} is not a finite number")
     if kind == "int":
