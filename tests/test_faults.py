@@ -2,6 +2,7 @@
 TensorBoard after a resume, games hidden by shared steps, abbreviated flags, crafted checkpoints,
 a full disk, the env id's sticky actions and the warm-up's ETA, and options given with --resume."""
 
+import dataclasses
 import json
 import os
 import pickle
@@ -27,6 +28,7 @@ from vecdqn.envs.state import set_env_state
 from vecdqn.metrics import MetricsLogger
 from vecdqn.preflight import ConfigError
 from vecdqn.resume import resume
+from vecdqn.train_state import TrainState
 from vecdqn.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -355,6 +357,22 @@ def test_a_preset_given_on_resume_is_refused_in_one_line(tmp_path, capsys):
     # Through the library, another preset than the run's is refused like any option the run cannot follow.
     with pytest.raises(ConfigError, match="--preset pong differs from the run's catch; --preset cannot change"):
         Trainer.from_checkpoint(run, {"preset": "pong", "total_steps": 400}, progress=False)
+
+
+def test_another_learners_option_given_on_resume_is_refused_with_advice_that_can_be_followed(tmp_path, capsys):
+    """On resume --algo is fixed: "drop it or change --algo" named a change the next command would
+    refuse. A new run may still change --algo."""
+    config = catch_config(tmp_path, algo="pqn", rollout_steps=8, minibatches=2)
+    checkpoint.save_training(tmp_path / "run" / "checkpoints" / "latest.pt", config=config.to_dict(),
+                             train_state=dataclasses.asdict(TrainState.new(config)), agent={})
+    assert cli.main(["--resume", str(tmp_path / "run"), "--n-step", "3", "--total-steps", "400"]) == 2
+    assert capsys.readouterr().err == (
+        "train.py: error: --n-step only applies with --algo dqn, and the run being resumed uses --algo pqn, which "
+        "is fixed on resume: drop --n-step\n")
+    assert cli.main(["--preset", "catch-pqn", "--n-step", "3", "--buffer-size", "500"]) == 2
+    assert capsys.readouterr().err == (
+        "train.py: error: --buffer-size, --n-step only apply with --algo dqn; --algo pqn would ignore them: drop "
+        "them or change --algo\n")
 
 
 @pytest.mark.parametrize(("algo", "default"), [("dqn", False), ("pqn", True)])

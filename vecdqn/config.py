@@ -73,15 +73,16 @@ def options_with(rule: str) -> tuple[str, ...]:
     return tuple(f.name for f in fields(Config) if rule in f.metadata["rules"])
 
 
-def check_options_used(given: set[str], config: Config) -> None:
+def check_options_used(given: set[str], config: Config, *, resuming: bool = False) -> None:
     """Refuse options given explicitly (``given``: field names) that ``config``'s run would not use:
     another learner's own (`vecdqn.learners.check_learner_options`), those ``"not_with_actors"``
-    with ``--actors``, ``"actors_only"`` without.
+    with ``--actors``, ``"actors_only"`` without. ``resuming``: ``config`` is a saved run's, the
+    options are given with ``--resume`` (whose ``--algo`` is fixed).
 
     Raises:
         ValueError: one line naming the options and what to do instead.
     """
-    check_learner_options([f.name for f in fields(Config) if f.name in given], config.algo)
+    check_learner_options([f.name for f in fields(Config) if f.name in given], config.algo, resuming=resuming)
     actors = config.actors
     unused = [n for n in options_with("not_with_actors" if actors else "actors_only") if n in given]
     if not unused:

@@ -308,9 +308,11 @@ def learners_using(option: str) -> list[str]:
     return [name for name, spec in LEARNERS.items() if option in spec.options]
 
 
-def check_learner_options(given: Iterable[str], algo: str) -> None:
+def check_learner_options(given: Iterable[str], algo: str, *, resuming: bool = False) -> None:
     """Refuse options given explicitly (``given``: field names) that learner ``algo`` would not
-    use: another learner's own (`LearnerSpec.options`).
+    use: another learner's own (`LearnerSpec.options`). ``resuming``: the options are given with
+    ``--resume`` to a run of ``algo``, whose ``--algo`` cannot change, so the only advice is to
+    drop them.
 
     Raises:
         ValueError: one line naming the options, the learners that use them and what to do.
@@ -322,6 +324,10 @@ def check_learner_options(given: Iterable[str], algo: str) -> None:
     users = sorted({user for name in other for user in learners_using(name)})
     flags, one = ", ".join(_flag(name) for name in other), len(other) == 1
     mine = " or ".join(f"--algo {user}" for user in users)
-    raise ValueError(f"{flags} only appl{'ies' if one else 'y'} with {mine}; --algo {algo} would ignore "
-                     f"{'it' if one else 'them'}: drop {'it' if one else 'them'} or change --algo")
+    it = "it" if one else "them"
+    if resuming:
+        raise ValueError(f"{flags} only appl{'ies' if one else 'y'} with {mine}, and the run being resumed uses "
+                         f"--algo {algo}, which is fixed on resume: drop {flags}")
+    raise ValueError(f"{flags} only appl{'ies' if one else 'y'} with {mine}; --algo {algo} would ignore {it}: drop "
+                     f"{it} or change --algo")
 

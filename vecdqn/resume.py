@@ -87,7 +87,8 @@ def _continued_config(saved: dict[str, Any], overrides: dict[str, Any], run_dir:
     values = saved["config"]
     given = set(overrides)
     try:  # first: an option the run would not use is the mistake to name
-        check_options_used(given, Config.from_saved(values, {k: v for k, v in overrides.items() if k == "actors"}))
+        check_options_used(given, Config.from_saved(values, {k: v for k, v in overrides.items() if k == "actors"}),
+                           resuming=True)
         check_family_options(given, values.get("env_id", ""))
     except ValueError as err:
         raise ConfigError(str(err)) from None
