@@ -8,7 +8,8 @@ Example (a short CPU run)::
 
 Exit codes: 0 done; 2 bad input; 130/143 stopped by SIGINT/SIGTERM (checkpoint written);
 1 an env worker or actor failed or the loss became non-finite (one line; the traceback in the
-run folder's error.log).
+run folder's error.log). A signal after the run finished (its final checkpoint written) stops
+nothing: exit code 0 and one line saying so.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 # Run from a source checkout without installing: make the package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vecdqn.cli import main  # noqa: E402
+from vecdqn.cli import exit_process, main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -1,12 +1,14 @@
 """Faults a user meets: a worker killed between steps or raising, a checkpoint and its replay out of step,
 TensorBoard after a resume, games hidden by shared steps, abbreviated flags, crafted checkpoints,
-a full disk, the env id's sticky actions and the warm-up's ETA, and options given with --resume."""
+a full disk, the env id's sticky actions and the warm-up's ETA, options given with --resume, and a
+signal at a run's end."""
 
 import dataclasses
 import json
 import os
 import pickle
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -28,6 +30,7 @@ from vecdqn.envs.state import set_env_state
 from vecdqn.metrics import MetricsLogger
 from vecdqn.preflight import ConfigError
 from vecdqn.resume import resume
+from vecdqn.signals import StopSignals
 from vecdqn.train_state import TrainState
 from vecdqn.trainer import Trainer
 
@@ -357,6 +360,75 @@ def test_a_preset_given_on_resume_is_refused_in_one_line(tmp_path, capsys):
     # Through the library, another preset than the run's is refused like any option the run cannot follow.
     with pytest.raises(ConfigError, match="--preset pong differs from the run's catch; --preset cannot change"):
         Trainer.from_checkpoint(run, {"preset": "pong", "total_steps": 400}, progress=False)
+
+
+def test_a_signal_at_a_runs_end_is_recorded_without_a_word_and_a_second_still_stops_at_once():
+    """Inside `StopSignals.finishing` (final checkpoints, the close of workers and writers) the first
+    signal has nothing left to stop: recorded, not said ("finishing this step" would be false)."""
+    said = []
+    with StopSignals(say=said.append) as stop:
+        with stop.finishing():
+            signal.raise_signal(signal.SIGINT)
+            assert stop.signum == signal.SIGINT and said == []
+            with pytest.raises(KeyboardInterrupt):
+                signal.raise_signal(signal.SIGTERM)
+        assert stop.signum == signal.SIGINT
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+# Where one SIGINT lands in train.py once its run has reached --total-steps: while the final
+# checkpoint is written, while the env workers close, while TensorBoard's writer closes, and while
+# the interpreter exits (the last atexit callback).
+SIGNAL_AT_THE_END = """
+    import atexit, runpy, signal, sys
+    from vecdqn.core import TrainingCore
+    from vecdqn.envs import WorkerGuard
+    from vecdqn.metrics import MetricsLogger
+
+    def interrupted(original, name=None):
+        def call(self, *args, **kwargs):
+            if name is None or args[:1] == (name,):
+                signal.raise_signal(signal.SIGINT)  # handled before it returns
+            return original(self, *args, **kwargs)
+        return call
+
+    where = {where!r}
+    if where == "exit":
+        atexit.register(signal.raise_signal, signal.SIGINT)  # the last callback to run
+    elif where == "final checkpoint":
+        TrainingCore.save_checkpoint = interrupted(TrainingCore.save_checkpoint, "final.pt")
+    else:
+        cls = WorkerGuard if where == "workers" else MetricsLogger
+        cls.close = interrupted(cls.close)
+    sys.argv = [{script!r}, *{args!r}]
+    runpy.run_path({script!r}, run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("where", ["final checkpoint", "workers", "writers", "exit"])
+def test_one_sigint_after_the_final_checkpoint_ends_the_run_one_way(tmp_path, where):
+    """A run that reached --total-steps stops nothing on one Ctrl-C, wherever it lands: exit code 0,
+    one line on stderr saying so, no traceback, final.pt kept, no worker left. It used to exit 0
+    with "Exception ignored ... KeyboardInterrupt", 130 with the second signal's "stopped at once",
+    or 0 without a word, depending on the moment."""
+    args = ["--preset", "catch", "--num-envs", "2", "--total-steps", "200", "--learning-starts", "100",
+            "--buffer-size", "2000", "--hidden-size", "32", "--eval-every", "0", "--log-dir", str(tmp_path),
+            "--run-name", "run"]
+    result = run_in_subprocess(SIGNAL_AT_THE_END.format(where=where, script=str(ROOT / "scripts" / "train.py"),
+                                                        args=args), tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "done: 200 agent steps" in result.stdout
+    noted = [line for line in result.stderr.splitlines() if "SIGINT" in line]
+    message = ("while exiting; nothing was stopped" if where == "exit" else
+               f"after the run finished; nothing was stopped (checkpoint: {tmp_path / 'run' / 'checkpoints'}")
+    assert len(noted) == 1 and noted[0].startswith("train.py: SIGINT ") and message in noted[0], result.stderr
+    for sign in ("Traceback", "Exception ignored", "KeyboardInterrupt", "stopped at once"):
+        assert sign not in result.stdout + result.stderr, result.stderr[-3000:]
+    assert "finishing this step" not in result.stdout
+    assert checkpoint.load(tmp_path / "run" / "checkpoints" / "final.pt")["train_state"]["step"] == 200
+    # the env workers are forks of the script: none lives on
+    left = [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path / "script.py") in (p.info["cmdline"] or [])]
+    assert not left, left
 
 
 def test_another_learners_option_given_on_resume_is_refused_with_advice_that_can_be_followed(tmp_path, capsys):

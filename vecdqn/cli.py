@@ -6,7 +6,8 @@ Exit codes of every script (``train.py``, ``evaluate.py``, ``plot.py``, ``benchm
 2 bad input, reported as one line ``<script>: error: <what is wrong and what is allowed>`` on
 stderr before anything starts; 130 interrupted (Ctrl-C). ``train.py`` adds 143 (SIGTERM) and 1
 (a worker failure or a non-finite loss during the run: one line, the traceback in the run
-folder's ``error.log``).
+folder's ``error.log``); a signal that comes after its run finished stops nothing (0 and one line,
+see `main`).
 
 The training stack is imported inside `main` only: ``evaluate.py`` and ``plot.py`` use this
 module's parser and exit codes without loading it.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import sys
 import tempfile
 import textwrap
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OneLineErrorParser", "UsageError", "build_parser", "check_options_apply",
-    "check_output_path", "error_line", "exit_code", "OPTION_TYPES", "option_flags",
+    "check_output_path", "error_line", "exit_code", "exit_process", "OPTION_TYPES", "option_flags",
     "explicit_options", "finite_number", "main", "parse_args", "parse_config", "preset_values", "presets_help",
     "whole_number",
 ]
@@ -124,6 +126,27 @@ def exit_code(prog: str, body: Callable[[], int | None],
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     return 0 if code is None else code
+
+
+def exit_process(code: int, prog: str = PROG) -> NoReturn:
+    """End a script's process with ``code``, from its ``__main__`` once it has reported. A SIGINT or
+    SIGTERM during the interpreter's own exit (its atexit handlers and finalizers, where a
+    KeyboardInterrupt would print "Exception ignored" tracebacks) gets one line on stderr,
+    ``<prog>: <SIGNAL> while exiting; nothing was stopped``, and the process ends at once with the
+    same ``code``."""
+
+    def on_signal(signum: int, frame: Any) -> None:
+        try:
+            print(f"{prog}: {signal.Signals(signum).name} while exiting; nothing was stopped", file=sys.stderr,
+                  flush=True)
+        finally:
+            os._exit(code)
+
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)
+    sys.exit(code)
 
 
 def fail(prog: str, err: BaseException) -> NoReturn:
@@ -362,7 +385,10 @@ def main(argv: list[str] | None = None) -> int:
     where none answers (one line on stderr, nothing started); 130/143 stopped by SIGINT/SIGTERM
     after a checkpoint; 1 a worker or actor failure, a non-finite loss or a checkpoint that could
     not be written (one line on stderr naming what failed and the last checkpoint; the traceback
-    in the run folder's ``error.log``).
+    in the run folder's ``error.log``). A first SIGINT/SIGTERM once the run has reached
+    ``--total-steps`` (while its final checkpoints are written, its workers and writers close or
+    this reports) stops nothing: the run ends as done, exit code 0, and one line on stderr says
+    the signal came after the run finished.
     """
     from vecdqn import checkpoint
     from vecdqn.preflight import ConfigError
@@ -372,8 +398,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _train(argv: list[str] | None) -> int:
     """`main`'s body: parse, build the trainer (bad input raises), run it (outcomes as exit codes)."""
-    import signal
-
     from vecdqn import checkpoint
     from vecdqn.collector import NonFiniteError
     from vecdqn.envs import WorkerError
@@ -407,11 +431,16 @@ def _train(argv: list[str] | None) -> int:
         print(f"{error_line(PROG, err)}; last checkpoint: {kept if kept.exists() else 'none written yet'}"
               + (f"; traceback in {log}" if log is not None else ""), file=sys.stderr)
         return 1
-    learning = summary["learning_sps"]  # NaN when no update ran
-    print(
-        f"done: {summary['steps']} agent steps, {summary['updates']} updates, {summary['episodes']} games, "
-        f"mean return (last 100) {summary['mean_return']:.2f}, {summary['sps']:.0f} agent steps/s"
-        + (f" ({learning:.0f} while learning)" if math.isfinite(learning) else "") + "\n"
-        f"run folder: {summary['run_dir']}\ncheckpoint: {summary['checkpoint']}"
-    )
+    signals = trainer.core.stop
+    with signals, signals.finishing():  # a signal while this reports is one that came after the run finished
+        learning = summary["learning_sps"]  # NaN when no update ran
+        print(
+            f"done: {summary['steps']} agent steps, {summary['updates']} updates, {summary['episodes']} games, "
+            f"mean return (last 100) {summary['mean_return']:.2f}, {summary['sps']:.0f} agent steps/s"
+            + (f" ({learning:.0f} while learning)" if math.isfinite(learning) else "") + "\n"
+            f"run folder: {summary['run_dir']}\ncheckpoint: {summary['checkpoint']}", flush=True
+        )
+        if signals.signum is not None:
+            print(f"{PROG}: {signal.Signals(signals.signum).name} after the run finished; nothing was stopped "
+                  f"(checkpoint: {summary['checkpoint']})", file=sys.stderr)
     return 0

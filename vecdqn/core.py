@@ -147,6 +147,9 @@ class TrainingCore(CollectorPort):
             100 games), ``sps`` (agent steps per second of this process), ``learning_sps`` (the same,
             counted from the first update on), ``checkpoint``, ``latest``.
 
+        A first SIGINT/SIGTERM once ``total_steps`` is reached (while the final checkpoints are
+        written) stops nothing: it is left in ``stop.signum`` for the caller to report.
+
         Raises:
             Interrupted: after SIGINT/SIGTERM, once the checkpoint is written.
             WorkerError: an env worker or actor failed (``failure_checkpoint`` is written first).
@@ -161,16 +164,18 @@ class TrainingCore(CollectorPort):
             while s.step < c.total_steps:
                 collector.collect()
                 self._after_collect(collector)
-            latest = self.save_checkpoint("latest.pt", collector)
-            if c.keep_checkpoints and s.next_checkpoint <= s.step:  # as a longer run would keep it
-                s.next_checkpoint += c.checkpoint_every
-                self.save_checkpoint(f"step_{s.step:09d}.pt")
+            with self.stop.finishing():  # nothing left to stop: a signal now is the caller's to report
+                latest = self.save_checkpoint("latest.pt", collector)
+                if c.keep_checkpoints and s.next_checkpoint <= s.step:  # as a longer run would keep it
+                    s.next_checkpoint += c.checkpoint_every
+                    self.save_checkpoint(f"step_{s.step:09d}.pt")
+                final = self.save_checkpoint("final.pt")
         except WorkerError:
             # The envs cannot be snapshotted any more; a resume from this checkpoint restarts the
             # games but keeps the networks, optimizer, counters and schedules.
             self.failure_checkpoint = self.save_checkpoint("latest.pt")
             raise
-        return self._summary(latest, self.save_checkpoint("final.pt"))
+        return self._summary(latest, final)
 
     def _after_collect(self, collector: Collector) -> None:
         """Log, evaluate, honour a stop request and checkpoint, each when due."""

@@ -59,7 +59,10 @@ class StopSignals:
 
     ``with StopSignals(enabled, say) as stop:`` installs the handlers (main thread only) and puts
     the previous ones back on exit; ``stop.signum`` is the first signal received, or None.
-    Inside ``with stop.held():`` a second signal is recorded too, not raised.
+    Inside ``with stop.held():`` a second signal is recorded too, not raised. Inside ``with
+    stop.finishing():`` (a run's end: its final checkpoints, then the close of its workers and
+    writers) the first signal is recorded without a word, for the caller to report once the
+    close is done; a second one still stops at once.
     """
 
     def __init__(self, enabled: bool = True, say: Callable[[str], Any] | None = None):
@@ -68,6 +71,7 @@ class StopSignals:
         self.signum: int | None = None
         self._handlers = Handlers(self._on_signal)
         self._held = False
+        self._finishing = False
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
@@ -78,6 +82,17 @@ class StopSignals:
             yield
         finally:
             self._held = False
+
+    @contextlib.contextmanager
+    def finishing(self) -> Iterator[None]:
+        """The end of a run, where there is nothing left to stop early: a first signal is only
+        recorded in `signum` (its "finishing this step" line would be false here), and the
+        caller reports it after the close; a second one still raises KeyboardInterrupt."""
+        self._finishing = True
+        try:
+            yield
+        finally:
+            self._finishing = False
 
     def install(self) -> StopSignals:
         """Install the handlers (if enabled); returns self."""
@@ -101,6 +116,6 @@ class StopSignals:
                 return
             raise KeyboardInterrupt  # second signal: stop now; finally-blocks still close the workers
         self.signum = signum
-        if self.say is not None:
+        if self.say is not None and not self._finishing:
             self.say(f"{signal.Signals(signum).name}: finishing this step and writing a checkpoint "
                      "(send it again to stop at once)")

@@ -170,6 +170,10 @@ class Trainer(TrainerBase):
     def run(self) -> dict[str, Any]:
         """Train until ``total_steps`` agent steps; returns `TrainingCore.run`'s summary.
 
+        The SIGINT/SIGTERM handlers stay installed until the env workers and the writers are
+        closed: a first signal after the loop (during the final checkpoints or the close) stops
+        nothing and is left in ``core.stop.signum``, with the summary returned as usual.
+
         Raises:
             Interrupted: after SIGINT/SIGTERM, once the checkpoint is written.
             WorkerError: an env worker raised, died or hung (a checkpoint is written first).
@@ -180,13 +184,15 @@ class Trainer(TrainerBase):
         # Envs first: forked workers then do not inherit the replay's memory or torch's threads.
         self.envs = envs = WorkerGuard.start(c.env_id, c.num_envs, c.env_options(), c.worker_timeout,
                                              c.envs_per_worker_on(os.cpu_count() or 1))
-        try:
-            with core.stop:
+        with core.stop:  # installed until the workers and writers are closed: a signal then is recorded
+            try:
                 saved = core.set_up(envs.single_observation_space.shape, int(envs.single_action_space.n))
                 return core.run(VectorCollector(core, envs, saved))
-        except BaseException:
-            envs.force_close()
-            raise
-        finally:
-            envs.close()
-            core.close()
+            except BaseException:
+                with core.stop.finishing():
+                    envs.force_close()
+                raise
+            finally:
+                with core.stop.finishing():
+                    envs.close()
+                    core.close()

@@ -166,14 +166,16 @@ class DistributedTrainer(TrainerBase):
             ConfigError: the Ray instance to join (``--ray-address``, ``RAY_ADDRESS``) did not
                 answer.
             NonFiniteError: as `vecdqn.trainer.Trainer.run`.
+
+        Signals at the run's end: as `vecdqn.trainer.Trainer.run`.
         """
         c, core = self.config, self.core
         probe = make_env(c.env_id, c.env_options())
         obs_shape, n_actions = probe.observation_space.shape, int(probe.action_space.n)
         probe.close()
         joined = ray.is_initialized()  # a caller's instance: used, not shut down
-        try:
-            with core.stop:
+        with core.stop:  # installed until the actors, Ray and the writers are closed (see `Trainer.run`)
+            try:
                 with core.stop.held():  # a Ctrl-C stops the run once Ray is up, not Ray halfway
                     start_ray(c.ray_address, c.actors)
                 # The run folder is claimed once Ray is up: a cluster that refuses this run leaves none.
@@ -188,9 +190,10 @@ class DistributedTrainer(TrainerBase):
                          + ", ".join(f"{e:.3g}" for e in self.pool.epsilons))
                 summary = core.run(BlockCollector(core, self.pool, ingest))
                 return {**summary, "actor_restarts": self.pool.restarts}
-        finally:
-            if self.pool is not None:
-                self.pool.close()
-            if not joined:
-                ray.shutdown()
-            core.close()
+            finally:
+                with core.stop.finishing():
+                    if self.pool is not None:
+                        self.pool.close()
+                    if not joined:
+                        ray.shutdown()
+                    core.close()

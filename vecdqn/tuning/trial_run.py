@@ -61,7 +61,7 @@ def child_main() -> None:
     import threading
     import time
 
-    from vecdqn.cli import main
+    from vecdqn.cli import exit_process, main
 
     tuner = int(os.environ.pop(_TUNER_PID, "0")) or os.getppid()
 
@@ -71,7 +71,7 @@ def child_main() -> None:
         os.kill(os.getpid(), signal.SIGINT)
 
     threading.Thread(target=watch, name="tuner-watch", daemon=True).start()
-    sys.exit(main(sys.argv[1:]))
+    exit_process(main(sys.argv[1:]))  # as scripts/train.py ends
 
 
 class TrialProcess:
