@@ -38,7 +38,14 @@ from typing import Any
 # Run from a source checkout without installing: make the package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vecdqn.cli import OneLineErrorParser, UsageError, check_output_path, exit_code  # noqa: E402
+from vecdqn.cli import (  # noqa: E402
+    OneLineErrorParser,
+    UsageError,
+    check_output_path,
+    exit_code,
+    finite_number,
+    whole_number,
+)
 from vecdqn.curves import (  # noqa: E402
     WINDOW,
     Band,
@@ -90,14 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--window",
-        type=int,
+        type=whole_number,
         default=WINDOW,
         metavar="GAMES",
         help=f"training return: mean of this many most recent games (default: {WINDOW})",
     )
     parser.add_argument(
         "--every",
-        type=int,
+        type=whole_number,
         default=None,
         metavar="STEPS",
         help="table rows every this many agent steps, for runs without evaluations (default: a round "
@@ -115,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--threshold",
-        type=float,
+        type=finite_number,
         default=None,
         metavar="RETURN",
         help="with --markdown: a second table per setting giving, per seed, the first agent step and "

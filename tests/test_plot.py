@@ -508,3 +508,12 @@ def test_band_figure_is_written(settings, tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     out, err = capsys.readouterr()
     assert out.startswith("**vecdqn/Catch-v0 (preset catch) n_step=1**") and err == f"wrote {png}\n"
+
+
+@pytest.mark.parametrize("args, kind", [(["--threshold", "nan"], "float"), (["--threshold", "inf"], "float"),
+                                        (["--every", "\u0661\u0662"], "int"), (["--window", "1e2"], "int")])
+def test_numbers_must_be_finite_and_in_ascii_digits(tmp_path, capsys, args, kind):
+    assert plot.main([str(tmp_path), *args]) == 2
+    err = capsys.readouterr().err
+    option = args[0].split("=")[0]
+    assert err.startswith(f"plot.py: error: argument {option}: invalid {kind} value: ") and err.count("\n") == 1
