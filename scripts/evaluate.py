@@ -23,6 +23,13 @@ evaluations (``--eval-every 0``) and still show its evaluation curve::
 
     python scripts/evaluate.py runs/pong_s1 --every-checkpoint --episodes 10
 
+When all are done it names the best checkpoint (the highest mean score of every evaluation of the
+run so far) and the last, and ``--keep-best`` copies the best to ``checkpoints/best.pt``, which
+``evaluate.py``, ``--video`` and a notebook's ``load_policy`` then take as any checkpoint file::
+
+    python scripts/evaluate.py runs/pong_s1 --every-checkpoint --episodes 10 --keep-best
+    python scripts/evaluate.py runs/pong_s1/checkpoints/best.pt --episodes 30 --video best.mp4
+
 ``--steps FIRST:LAST:EVERY`` takes some of them: those at agent steps from FIRST to LAST
 (inclusive) that lie a multiple of EVERY after FIRST, e.g. ``--steps 4000000::200000`` for every
 200,000th agent step from 4M on (each part optional: ``4000000:``, ``:1000000``, ``::500000``).
@@ -47,10 +54,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from vecdqn.checkpoint import CheckpointError, Policy, kept_checkpoints, load_policy  # noqa: E402
-from vecdqn.cli import OneLineErrorParser, UsageError, check_output_path, exit_code  # noqa: E402
+from vecdqn.checkpoint import BEST, CheckpointError, Policy, keep_best, kept_checkpoints, load_policy  # noqa: E402
+from vecdqn.cli import (  # noqa: E402
+    OneLineErrorParser,
+    UsageError,
+    check_output_path,
+    exit_code,
+    finite_number,
+    whole_number,
+)
+from vecdqn.curves import EVAL_TAG, Scalars, best_point, checkpoint_evals, last_point, read_run  # noqa: E402
 from vecdqn.evaluation import EvalResult, evaluate, periodic_eval_seed  # noqa: E402
 from vecdqn.metrics import EvalLog, EvaluationRunning  # noqa: E402
 from vecdqn.scores import HUMAN_RANDOM_SCORES  # noqa: E402
@@ -82,19 +98,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RUN_DIR_OR_CHECKPOINT",
         help="a run folder (uses checkpoints/latest.pt, else final.pt) or a .pt file",
     )
-    parser.add_argument("--episodes", type=int, default=30, help="whole games to play")
+    parser.add_argument("--episodes", type=whole_number, default=30, help="whole games to play")
     parser.add_argument(
-        "--epsilon", type=float, default=0.001, help="probability of a random action per agent step"
+        "--epsilon", type=finite_number, default=0.001, help="probability of a random action per agent step"
     )
     parser.add_argument(
         "--noop-max",
-        type=int,
+        type=whole_number,
         default=30,
         help="at most this many no-op frames at the start of each game (0: none)",
     )
     parser.add_argument(
         "--max-episode-frames",
-        type=int,
+        type=whole_number,
         default=108_000,
         help="cap per game, in emulator frames (108000 = 30 minutes)",
     )
@@ -106,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--seed",
-        type=int,
+        type=whole_number,
         default=None,
         help="seed of the env and the random actions (default: the run's seed)",
     )
@@ -130,6 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
         "the run folder's checkpoint-evals/ (a TensorBoard run of its own; scripts/plot.py reads "
         "it with the run), replacing an earlier --every-checkpoint's at the same steps; an "
         "interrupted evaluation writes none there. One evaluation of a run at a time",
+    )
+    parser.add_argument(
+        "--keep-best",
+        action="store_true",
+        help="with --every-checkpoint: once all are done, copy the kept checkpoint with the highest "
+        "mean score of every evaluation so far (this one's and earlier ones') to the run's "
+        "checkpoints/best.pt, replacing an earlier copy",
     )
     parser.add_argument(
         "--steps",
@@ -170,6 +193,9 @@ def _check_args(args: argparse.Namespace) -> None:
             raise UsageError("--video takes one checkpoint; it cannot be combined with --every-checkpoint")
         if not Path(args.checkpoint).is_dir():
             raise UsageError(f"--every-checkpoint takes a run folder, and {args.checkpoint} is not one")
+    if args.keep_best and not args.every_checkpoint:
+        raise UsageError("--keep-best keeps the best of the checkpoints --every-checkpoint evaluates; add "
+                         "--every-checkpoint")
     if args.steps is not None:
         if not args.every_checkpoint:
             raise UsageError("--steps selects among the checkpoints of --every-checkpoint; add --every-checkpoint")
@@ -358,6 +384,34 @@ def _evaluate_every_checkpoint(args: argparse.Namespace, device: torch.device) -
                   file=sys.stderr)
             raise
         log.save()
+    print()
+    print(best_and_last(args.checkpoint, keep=args.keep_best))
+
+
+def best_and_last(run_dir: str | Path, keep: bool = False) -> str:
+    """Lines naming the run's best and last evaluated checkpoints (over every evaluation in its
+    ``checkpoint-evals/``, earlier ones included) and, with ``keep``, copying the best to
+    ``checkpoints/best.pt`` (`keep_best`).
+
+    Raises:
+        CheckpointError: ``keep`` and the best checkpoint's file is gone, or the copy failed.
+    """
+    evals = read_run(run_dir).evals  # on the run's clock
+    checked = np.isin(evals.steps, [e.step for e in checkpoint_evals(Path(run_dir)).get(EVAL_TAG, [])])
+    evals = Scalars(evals.steps[checked], evals.minutes[checked], evals.values[checked])  # not the run's own
+    best, last = best_point(evals), last_point(evals)
+    if best is None or last is None:
+        return "no evaluation of a kept checkpoint recorded"
+    share = f"{last.value / best.value:.1%} of the best" if best.value > 0 else f"best {best.value:g}"
+    lines = [f"best: agent step {best.step:,} ({best.minutes:.1f} min of training), mean {best.value:.2f} "
+             f"(of {len(evals.steps)} evaluated checkpoints)",
+             f"last: agent step {last.step:,} ({last.minutes:.1f} min of training), mean {last.value:.2f} ({share})"]
+    if keep:
+        source = keep_best(run_dir, best.step)
+        lines.append(f"kept: {Path(run_dir) / BEST} (a copy of checkpoints/{source.name})")
+    else:
+        lines.append(f"--keep-best copies it to {Path(run_dir) / BEST}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -336,7 +336,7 @@ def evaluated_catch_run(tmp_path_factory):
 def _rows(stdout: str) -> dict[int, float]:
     """``{agent step: mean}`` from the printed table of --every-checkpoint."""
     rows = {}
-    for line in stdout.splitlines()[1:]:
+    for line in stdout.split("\n\n")[0].splitlines()[1:]:  # the table, before the best and last lines
         step, _date, _time, mean, *_ = line.split()
         rows[int(step.replace(",", ""))] = float(mean)
     return rows
@@ -364,6 +364,43 @@ def test_every_checkpoint_plays_the_games_of_the_runs_own_evaluations(evaluated_
     assert _script().main([*args, "--seed", "123"]) == 0
     replaced = _rows(capsys.readouterr().out)
     np.testing.assert_allclose(read_run(run_dir).evals.values, list(replaced.values()), atol=0.005)
+
+
+def test_keep_best_copies_the_best_evaluated_checkpoint_and_names_the_last(evaluated_catch_run, tmp_path,
+                                                                          capsys):
+    run_dir = _copy(evaluated_catch_run[0], tmp_path)
+    assert _script().main([str(run_dir), "--every-checkpoint", "--episodes", "4", "--keep-best"]) == 0
+    out = capsys.readouterr().out
+    printed = _rows(out)
+    best_step = max(printed, key=lambda step: (printed[step], -step))  # the earliest of equal maxima
+    summary = out.split("\n\n")[1].splitlines()
+    assert summary[0].startswith(f"best: agent step {best_step:,} (")
+    assert f"mean {printed[best_step]:.2f} (of 3 evaluated checkpoints)" in summary[0]
+    assert summary[1].startswith("last: agent step 600 (") and f"mean {printed[600]:.2f}" in summary[1]
+    best = run_dir / checkpoint.BEST
+    source = dict(checkpoint.kept_checkpoints(run_dir))[best_step]
+    assert summary[2] == f"kept: {best} (a copy of checkpoints/{source.name})"
+    assert best.read_bytes() == source.read_bytes()
+    assert load_policy(best).step == best_step
+
+    # Evaluated again with only the last checkpoint: the best is still chosen over every evaluation so far.
+    assert _script().main([str(run_dir), "--every-checkpoint", "--episodes", "4", "--steps", "600", "--seed", "5",
+                           "--keep-best"]) == 0
+    again = capsys.readouterr().out
+    merged = printed | _rows(again)
+    best_step = max(merged, key=lambda step: (merged[step], -step))
+    assert again.split("\n\n")[1].startswith(f"best: agent step {best_step:,} (")
+    assert load_policy(best).step == best_step
+
+
+def test_without_keep_best_no_copy_is_written_and_the_option_needs_every_checkpoint(evaluated_catch_run, tmp_path,
+                                                                                   capsys):
+    run_dir = _copy(evaluated_catch_run[0], tmp_path)
+    assert _script().main([str(run_dir), "--every-checkpoint", "--episodes", "1", "--steps", "200"]) == 0
+    assert "--keep-best copies it to" in capsys.readouterr().out
+    assert not (run_dir / checkpoint.BEST).exists()
+    assert _script().main([str(run_dir), "--keep-best"]) == 2
+    assert "add --every-checkpoint" in capsys.readouterr().err
 
 
 def test_every_checkpoint_writes_the_json_list(evaluated_catch_run, tmp_path):
@@ -539,3 +576,12 @@ def test_evaluating_a_run_that_trains_leaves_its_event_stream_to_its_readers(eva
     finally:
         training.close()
     assert sorted(_evals(run_dir / CHECKPOINT_EVALS)) == [200, 400, 600]
+
+
+@pytest.mark.parametrize("args, kind", [(["--epsilon", "nan"], "float"), (["--epsilon=-inf"], "float"),
+                                        (["--seed", "\u0661\u0662"], "int"), (["--episodes", "1e3"], "int")])
+def test_numbers_must_be_finite_and_in_ascii_digits(tmp_path, capsys, args, kind):
+    assert _script().main([str(tmp_path), *args]) == 2
+    err = capsys.readouterr().err
+    option = args[0].split("=")[0]
+    assert err.startswith(f"evaluate.py: error: argument {option}: invalid {kind} value: ") and err.count("\n") == 1

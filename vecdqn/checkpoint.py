@@ -40,12 +40,14 @@ from vecdqn.learners import POLICY_KEY
 from vecdqn.model import QNetwork
 
 __all__ = [
-    "CHECKPOINT_FORMAT", "CheckpointError", "Policy", "kept_checkpoints", "load", "load_policy", "load_replay",
-    "load_training",
-    "remove_stale", "resolve_checkpoint", "save_atomic", "save_training",
+    "BEST", "CHECKPOINT_FORMAT", "CheckpointError", "Policy", "keep_best", "kept_checkpoints", "load", "load_policy",
+    "load_replay", "load_training", "remove_stale", "resolve_checkpoint", "save_atomic", "save_training",
 ]
 
 CHECKPOINT_FORMAT = "vecdqn-checkpoint-2"
+# A run's best kept checkpoint by greedy evaluation (``evaluate.py --every-checkpoint --keep-best``),
+# relative to the run folder.
+BEST = Path("checkpoints") / "best.pt"
 
 
 class CheckpointError(Exception):
@@ -233,6 +235,27 @@ def kept_checkpoints(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
         if digits.isascii() and digits.isdigit():  # int() refuses "²"
             kept.append((int(digits), path))
     return sorted(kept)
+
+
+def keep_best(run_dir: str | os.PathLike[str], step: int) -> Path:
+    """Copy the run's kept checkpoint of agent step ``step`` (`kept_checkpoints`) to `BEST` in
+    ``run_dir``, atomically (an earlier ``best.pt`` stays whole until the new one is written).
+    Returns the kept checkpoint copied.
+
+    Raises:
+        CheckpointError: the run kept no checkpoint at ``step``, or the copy could not be written.
+    """
+    source = dict(kept_checkpoints(run_dir)).get(step)
+    if source is None:
+        raise CheckpointError(f"{run_dir} kept no checkpoint at agent step {step:,} (checkpoints/step_<agent "
+                              "step>.pt); it may have been removed since it was evaluated")
+
+    def copy(_: Any, out: IO[bytes]) -> None:
+        with open(source, "rb") as f:
+            shutil.copyfileobj(f, out)
+
+    save_atomic(None, Path(run_dir) / BEST, dump=copy)
+    return source
 
 
 def _network(state: dict[str, Any], config: Config) -> QNetwork:

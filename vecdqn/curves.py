@@ -439,7 +439,8 @@ def train_band(runs: Sequence[RunCurves]) -> Band:
 
 @dataclass
 class Crossing:
-    """Where a curve first reaches a threshold: ``step`` (agent step), ``minutes`` and ``value``."""
+    """A point of a curve (where it first reaches a threshold, its best, its last): ``step``
+    (agent step), ``minutes`` (of training) and ``value``."""
 
     step: int
     minutes: float
@@ -454,3 +455,20 @@ def first_reaching(curve: Scalars, threshold: float, skip: int = 0) -> Crossing 
         return None
     i = skip + int(reached[0])
     return Crossing(int(curve.steps[i]), float(curve.minutes[i]), float(curve.values[i]))
+
+
+def best_point(curve: Scalars) -> Crossing | None:
+    """The point of ``curve`` with the highest value, the earliest of equal ones (NaN values
+    ignored); None if it has none."""
+    finite = np.flatnonzero(~np.isnan(curve.values))
+    if not len(finite):
+        return None
+    i = int(finite[np.argmax(curve.values[finite])])  # argmax: the first of the maxima
+    return Crossing(int(curve.steps[i]), float(curve.minutes[i]), float(curve.values[i]))
+
+
+def last_point(curve: Scalars) -> Crossing | None:
+    """The point of ``curve`` at its largest agent step; None if it has none."""
+    if not len(curve.steps):
+        return None
+    return Crossing(int(curve.steps[-1]), float(curve.minutes[-1]), float(curve.values[-1]))
