@@ -1,4 +1,5 @@
-"""The reference-score table, env ids to game names, and the human-normalized score."""
+"""The reference-score table, env ids to game names, the human-normalized score, and the
+published scores a run is compared with."""
 
 from __future__ import annotations
 
@@ -7,7 +8,18 @@ import doctest
 import pytest
 
 import vecdqn.scores
-from vecdqn.scores import HUMAN_RANDOM_SCORES, SCORE_SOURCE, game_name, human_normalized_score
+from vecdqn.scores import (
+    ANCHOR_PREFERENCE,
+    EVALUATION,
+    HUMAN_RANDOM_SCORES,
+    PUBLISHED_SCORES,
+    SCORE_SOURCE,
+    TRAINING,
+    anchor,
+    game_name,
+    human_normalized_score,
+    nature_dqn,
+)
 
 # The 57 games of the Atari benchmark, as ALE ROM names.
 ATARI_57 = """alien amidar assault asterix asteroids atlantis bank_heist battle_zone beam_rider
@@ -83,3 +95,48 @@ def test_every_game_is_an_ale_rom_and_found_from_its_registered_ids():
 def test_docstring_examples():
     failed, attempted = doctest.testmod(vecdqn.scores)
     assert attempted >= 3 and failed == 0
+
+
+# The seven games of Mnih et al. 2013 and the publisher of each one's 10M-step anchor: CleanRL's
+# PQN where it benchmarked the game, else CleanRL's DQN, else the RL Zoo's DQN.
+ANCHORS = {"beam_rider": "CleanRL PQN", "breakout": "CleanRL PQN", "enduro": "RL Zoo DQN", "pong": "CleanRL PQN",
+           "qbert": "RL Zoo DQN", "seaquest": "RL Zoo DQN", "space_invaders": "CleanRL PQN"}
+
+
+def test_published_scores_cover_the_seven_games_at_10m_and_50m_steps():
+    assert sorted(PUBLISHED_SCORES) == sorted(ANCHORS)
+    for game, scores in PUBLISHED_SCORES.items():
+        assert game in HUMAN_RANDOM_SCORES
+        names = [score.name for score in scores]
+        assert len(set(names)) == len(names) and names[-1] == "Nature DQN", game
+        for score in scores:
+            assert score.spread > 0 and score.source and score.spread_of
+            assert score.kind in (TRAINING, EVALUATION)
+            assert score.agent_steps == (50_000_000 if score.name == "Nature DQN" else 10_000_000)
+            # CleanRL publishes training returns; the RL Zoo and Nature evaluate trained models.
+            assert score.kind == (TRAINING if score.name.startswith("CleanRL") else EVALUATION)
+        assert nature_dqn(game) is scores[-1]
+    assert nature_dqn("MsPacman") is None and nature_dqn("vecdqn/Catch-v0") is None
+
+
+@pytest.mark.parametrize("game", sorted(ANCHORS))
+def test_anchor_is_the_preferred_10m_score(game):
+    camel = "".join(part.capitalize() for part in game.split("_"))
+    for name in (game, camel, f"{camel}NoFrameskip-v4", f"ALE/{camel}-v5"):
+        chosen = anchor(name)
+        assert chosen.name == ANCHORS[game] and chosen.agent_steps == 10_000_000
+        assert chosen in PUBLISHED_SCORES[game]
+
+
+def test_anchor_falls_back_in_order_of_preference(monkeypatch):
+    """Without CleanRL's PQN figure Breakout's anchor is CleanRL's DQN, without either the Zoo's;
+    a 50M-step figure is never an anchor."""
+    assert ANCHOR_PREFERENCE == ("CleanRL PQN", "CleanRL DQN", "RL Zoo DQN")
+    breakout = PUBLISHED_SCORES["breakout"]
+    for dropped, expected in (({"CleanRL PQN"}, "CleanRL DQN"), ({"CleanRL PQN", "CleanRL DQN"}, "RL Zoo DQN")):
+        left = tuple(score for score in breakout if score.name not in dropped)
+        monkeypatch.setitem(PUBLISHED_SCORES, "breakout", left)
+        assert anchor("breakout").name == expected
+    monkeypatch.setitem(PUBLISHED_SCORES, "breakout", (nature_dqn("breakout"),))
+    assert anchor("breakout") is None
+    assert anchor("MsPacman") is None and anchor("vecdqn/Catch-v0") is None

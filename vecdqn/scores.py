@@ -1,4 +1,5 @@
-"""Reference scores of the 57-game Atari benchmark and the human-normalized score (HNS).
+"""Reference scores of the 57-game Atari benchmark, the human-normalized score (HNS), and
+published DQN and PQN scores to compare a run with.
 
 ``HNS = (score − random) / (human − random)``: 0 is uniform random play, 1 a professional game
 tester (Mnih et al. 2015, caption of Fig. 3, there as a percentage). The random and human scores
@@ -6,14 +7,34 @@ are those of Badia et al. 2020 (Agent57), per-game tables of the appendix (`SCOR
 table recent work (Rainbow, R2D2, Agent57) normalizes with. A score is the raw points of one whole
 game started after 1..30 no-ops and capped at 108,000 emulator frames.
 
+`PUBLISHED_SCORES` holds, for the seven games of the first DQN paper (Mnih et al. 2013: BeamRider,
+Breakout, Enduro, Pong, Qbert, Seaquest, SpaceInvaders), the published scores of agents trained
+for 10M agent steps (40M emulator frames, as ``--preset atari-pqn`` trains), each a
+`PublishedScore` with its source, budget and kind (training return or evaluation of a final
+model), and Nature DQN's figure after 50M agent steps, the nearest longer budget; `anchor` picks
+a game's 10M-step figure by `ANCHOR_PREFERENCE`, `nature_dqn` its 50M-step one.
+
 Pure Python: no NumPy, no env, no network.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-__all__ = ["HUMAN_RANDOM_SCORES", "SCORE_SOURCE", "game_name", "human_normalized_score"]
+__all__ = [
+    "ANCHOR_PREFERENCE",
+    "EVALUATION",
+    "HUMAN_RANDOM_SCORES",
+    "PUBLISHED_SCORES",
+    "SCORE_SOURCE",
+    "TRAINING",
+    "PublishedScore",
+    "anchor",
+    "game_name",
+    "human_normalized_score",
+    "nature_dqn",
+]
 
 SCORE_SOURCE = (
     "Badia et al. 2020, 'Agent57: Outperforming the Atari Human Benchmark' (ICML), "
@@ -131,3 +152,165 @@ def human_normalized_score(env_id_or_game: str, score: float) -> float | None:
         return None
     random_score, human_score = HUMAN_RANDOM_SCORES[game]
     return (float(score) - random_score) / (human_score - random_score)
+
+
+# --- published scores of the seven games of Mnih et al. 2013 ------------------------------------------------
+
+# The two kinds of published score. They differ by more than a few percent on games where the
+# exploration of training loses lives, so the table that shows them says which is which.
+# A training return: the raw whole-game returns of the games played while training, with the
+# epsilon of training (0.01 from 10% of the run on), averaged over each seed's last games.
+TRAINING = "training"
+# An evaluation: separate games played by the trained model after training.
+EVALUATION = "evaluation"
+
+# 10M agent steps = 40M emulator frames at frame skip 4: the budget of ``--preset atari-pqn``.
+AGENT_STEPS_10M = 10_000_000
+# Mnih et al. 2015 train for "50 million frames (that is, around 38 days of game experience)":
+# 38 days at 60 Hz are about 197M emulator frames, so their frames are agent steps (frame skip 4).
+AGENT_STEPS_50M = 50_000_000
+
+CLEANRL_PQN = "CleanRL PQN"
+CLEANRL_DQN = "CleanRL DQN"
+ZOO_DQN = "RL Zoo DQN"
+NATURE_DQN = "Nature DQN"
+
+_CLEANRL_PQN_SOURCE = ("vwxyzjn/cleanrl, docs/rl-algorithms/pqn.md (commit 1ed80620), section "
+                       "pqn_atari_envpool.py, table 'Episode Rewards'")
+_CLEANRL_DQN_SOURCE = "vwxyzjn/cleanrl, docs/rl-algorithms/dqn.md, dqn_atari.py table, column '10M steps'"
+_ZOO_DQN_SOURCE = "DLR-RM/rl-baselines3-zoo, benchmark.md, rows of algo dqn"
+_NATURE_DQN_SOURCE = ("Mnih et al. 2015, 'Human-level control through deep reinforcement learning' (Nature 518), "
+                      "Extended Data Table 2, column 'DQN'")
+
+# A game's 10M-step anchor is its figure from the first of these that has one: CleanRL's PQN is
+# the algorithm --preset atari-pqn trains and reports training returns as our training column
+# does; CleanRL's DQN reports the same kind; the RL Zoo's DQN is the one source with all seven.
+ANCHOR_PREFERENCE = (CLEANRL_PQN, CLEANRL_DQN, ZOO_DQN)
+
+
+@dataclass(frozen=True)
+class PublishedScore:
+    """One published score of one game.
+
+    Attributes:
+        value: the score in raw game points (the mean of whole-game returns; see ``kind``).
+        spread: the ``±`` published with it, a standard deviation (over what: ``spread_of``).
+        spread_of: what the standard deviation is over, e.g. ``"3 seeds"``.
+        name: the agent and its publisher, short, as a table shows it (e.g. ``"CleanRL PQN"``).
+        source: where the number is printed: repository and file, or paper and table.
+        agent_steps: the training budget in agent steps (1 agent step = 4 emulator frames).
+        kind: `TRAINING` (returns of the training games) or `EVALUATION` (games played by a
+            trained model afterwards).
+    """
+
+    value: float
+    spread: float
+    spread_of: str
+    name: str
+    source: str
+    agent_steps: int
+    kind: str
+
+
+def _cleanrl_pqn(value: float, spread: float) -> PublishedScore:
+    """``pqn_atari_envpool.py`` (envpool ``*-v5`` envs, no sticky actions) at its default 10M agent
+    steps: the training return, logged at the end of each whole game (``lives == 0``) with raw
+    rewards while epsilon is 0.01; per seed the mean of its last 100 games (openrlbenchmark's
+    ``rlops``, window 100), then the mean and the population standard deviation over 3 seeds."""
+    return PublishedScore(value, spread, "3 seeds (each the mean of its last 100 training games)", CLEANRL_PQN,
+                          _CLEANRL_PQN_SOURCE, AGENT_STEPS_10M, TRAINING)
+
+
+def _cleanrl_dqn(value: float, spread: float) -> PublishedScore:
+    """``dqn_atari.py`` (gym ``*NoFrameskip-v4``) at 10M agent steps: the training return (epsilon
+    0.01 from 10% of the run on), mean and standard deviation over 3 seeds. The number of last
+    games averaged per seed is not stated for this table (the PQN table's is 100)."""
+    return PublishedScore(value, spread, "3 seeds", CLEANRL_DQN, _CLEANRL_DQN_SOURCE, AGENT_STEPS_10M, TRAINING)
+
+
+def _zoo_dqn(value: float, spread: float, games: int) -> PublishedScore:
+    """Stable-Baselines3's DQN from the RL Zoo at 10M agent steps: one training run, its final
+    model evaluated for about 600,000 agent steps (``games`` whole games), epsilon-greedy at the
+    final exploration rate (the Zoo acts stochastically on Atari; 0.01 in its current
+    ``hyperparams/dqn.yml``, though which config trained these models is not recorded); the mean
+    and standard deviation over those games."""
+    return PublishedScore(value, spread, f"the {games} evaluation games of one run", ZOO_DQN, _ZOO_DQN_SOURCE,
+                          AGENT_STEPS_10M, EVALUATION)
+
+
+def _nature_dqn(value: float, spread: float) -> PublishedScore:
+    """Mnih et al. 2015's DQN after 50M agent steps (200M emulator frames): trained agents
+    evaluated on 30 games of at most 5 minutes each, after random no-op starts, at epsilon 0.05;
+    the ``±`` is the standard deviation the table prints without saying over what, read as over
+    those games. The 5-minute cap holds Enduro down."""
+    return PublishedScore(value, spread, "the evaluation games (as read: the table does not say)", NATURE_DQN,
+                          _NATURE_DQN_SOURCE, AGENT_STEPS_50M, EVALUATION)
+
+
+# game -> its published scores: those at 10M agent steps in `ANCHOR_PREFERENCE` order, then
+# Nature DQN's at 50M. CleanRL benchmarked PQN on 4 of the 7 games and DQN on 3; the RL Zoo has
+# all 7. Numbers as printed by each source.
+PUBLISHED_SCORES: dict[str, tuple[PublishedScore, ...]] = {
+    "beam_rider": (
+        _cleanrl_pqn(5753.03, 2394.70),
+        _cleanrl_dqn(6673.24, 1434.37),
+        _zoo_dqn(4295.946, 1790.458, games=37),
+        _nature_dqn(6846.0, 1619.0),
+    ),
+    "breakout": (
+        _cleanrl_pqn(384.85, 12.39),
+        _cleanrl_dqn(366.928, 39.89),
+        _zoo_dqn(358.327, 61.981, games=55),
+        _nature_dqn(401.2, 26.9),
+    ),
+    "enduro": (
+        _zoo_dqn(830.929, 194.544, games=14),
+        _nature_dqn(301.8, 24.6),
+    ),
+    "pong": (
+        _cleanrl_pqn(20.49, 0.11),
+        _cleanrl_dqn(20.25, 0.41),
+        _zoo_dqn(20.602, 0.613, games=88),
+        _nature_dqn(18.9, 1.3),
+    ),
+    "qbert": (
+        _zoo_dqn(9496.774, 5399.633, games=124),
+        _nature_dqn(10596.0, 3294.0),
+    ),
+    "seaquest": (
+        _zoo_dqn(2000.290, 606.644, games=69),
+        _nature_dqn(5286.0, 1310.0),
+    ),
+    "space_invaders": (
+        _cleanrl_pqn(1325.20, 78.49),
+        _zoo_dqn(622.742, 201.564, games=155),
+        _nature_dqn(1976.0, 893.0),
+    ),
+}
+
+
+def _published(env_id_or_game: str) -> tuple[PublishedScore, ...]:
+    game = game_name(env_id_or_game)
+    return PUBLISHED_SCORES.get(game, ()) if game is not None else ()
+
+
+def anchor(env_id_or_game: str) -> PublishedScore | None:
+    """The game's published score at 10M agent steps from the first of `ANCHOR_PREFERENCE` that
+    has one; None for a game outside `PUBLISHED_SCORES`. Takes env ids and game names as
+    `game_name` does.
+
+    >>> anchor("BreakoutNoFrameskip-v4").name, anchor("ALE/Qbert-v5").name, anchor("MsPacman")
+    ('CleanRL PQN', 'RL Zoo DQN', None)
+    """
+    scores = {score.name: score for score in _published(env_id_or_game) if score.agent_steps == AGENT_STEPS_10M}
+    return next((scores[name] for name in ANCHOR_PREFERENCE if name in scores), None)
+
+
+def nature_dqn(env_id_or_game: str) -> PublishedScore | None:
+    """The game's Nature DQN score after 50M agent steps (Mnih et al. 2015, Extended Data Table 2),
+    or None for a game outside `PUBLISHED_SCORES`.
+
+    >>> nature_dqn("Pong").value
+    18.9
+    """
+    return next((score for score in _published(env_id_or_game) if score.name == NATURE_DQN), None)
