@@ -3,6 +3,7 @@
 
     python scripts/plot.py runs/pong_s1 runs/pong_s2 -o pong.png
     python scripts/plot.py runs/pong_s1 runs/pong_s2 --markdown --threshold 18
+    python scripts/plot.py --suite runs/beamrider-pqn_s1 runs/breakout-pqn_s1 runs/pong-pqn_s1 -o suite.png
 
 Runs that differ only in their seed are one setting (env id, preset, and the options that tell
 experiments of one game apart name it). The figure is a 2×2 grid: training return (mean of the
@@ -21,6 +22,18 @@ each evaluation, or every ``--every`` agent steps for a run without evaluations.
 ``--markdown``, instead, one Markdown table per setting with a column group per seed and the
 mean and range over the seeds, as ``docs/results.md`` shows them (`vecdqn.tables`). Without
 ``-o`` only the tables are printed (no matplotlib needed).
+
+With ``--suite``, the runs are one per game (e.g. the seven games of Mnih et al. 2013, each
+trained with ``--preset atari-pqn`` and its kept checkpoints evaluated by ``scripts/evaluate.py
+RUN --every-checkpoint``): one Markdown table with a row per run giving its last and best greedy
+evaluation (score, agent step, minutes of training), the last as a percentage of the best, the
+training return (mean of the last 100 games) at its last agent step, the human-normalized score
+of its last and best evaluation, the game's published score at 10M agent steps (CleanRL PQN,
+else CleanRL DQN, else the RL Zoo's DQN; `vecdqn.scores.anchor`), whether the best evaluation
+reaches it, and Nature DQN's score at 50M agent steps; then the median human-normalized score
+over the games and notes naming the sources (`vecdqn.tables.suite_table`). With ``-o``, one
+panel per game: training return and evaluations against agent steps, the 10M-step anchor as a
+dashed line.
 
 Exit codes: 0 done; 2 bad input or matplotlib missing (one line on stderr); 130 interrupted.
 """
@@ -57,7 +70,7 @@ from vecdqn.curves import (  # noqa: E402
     seed_groups,
     train_band,
 )
-from vecdqn.tables import markdown  # noqa: E402
+from vecdqn.tables import SuiteRow, markdown, suite_rows, suite_table  # noqa: E402
 
 PROG = "plot.py"
 MISSING_MATPLOTLIB = '-o needs matplotlib: pip install -e ".[plot]" (without -o only the tables are printed)'
@@ -130,6 +143,18 @@ def build_parser() -> argparse.ArgumentParser:
         "bold in the first table) and its best evaluation; for settings without evaluations, the "
         "training return, counted only once a full --window of games is in its mean",
     )
+    parser.add_argument(
+        "--suite",
+        action="store_true",
+        help="the runs are one per game (e.g. the seven of Mnih et al. 2013 trained with --preset atari-pqn, their "
+        "checkpoints evaluated by scripts/evaluate.py RUN --every-checkpoint): print one Markdown table with a row "
+        "per game: its last and best greedy evaluation (score, agent step, minutes), the last as a percentage of "
+        "the best, the training return of its last --window games at its last step, the human-normalized score "
+        "of its last and best evaluation, the game's published 10M-step score (CleanRL PQN, else CleanRL DQN, "
+        "else the RL Zoo's DQN) with its source and kind, whether the best evaluation reaches it, and Nature "
+        "DQN's 50M-step score; then the median human-normalized score over the games and the sources. With -o, "
+        "one panel per game",
+    )
     return parser
 
 
@@ -139,6 +164,12 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--window {args.window} must be at least 1 game")
     if args.every is not None and args.every < 1:
         raise UsageError(f"--every {args.every} must be a positive number of agent steps")
+    if args.suite:
+        for option, given in (("--markdown", args.markdown), ("--threshold", args.threshold is not None),
+                              ("--every", args.every is not None)):
+            if given:
+                raise UsageError(f"--suite makes one table of its own: leave out {option} (it is for the per-run "
+                                 "tables)")
     if args.threshold is not None and not args.markdown:
         raise UsageError(f"--threshold {args.threshold:g} goes with --markdown (it adds a table to each setting's)")
     if args.threshold is not None and not math.isfinite(args.threshold):
@@ -314,6 +345,60 @@ def draw(runs: list[RunCurves], group: list[int], labels: list[str], path: Path)
     load_pyplot().close(fig)
 
 
+def check_suite(runs: list[RunCurves]) -> None:
+    """Refuse two runs of one game in a suite: its median is over games, one run each."""
+    seen: dict[str, RunCurves] = {}
+    for row in suite_rows(runs):
+        if row.env_id is None:
+            continue
+        if row.game in seen:
+            raise UsageError(f"--suite takes one run per game: {seen[row.game].path} and {row.run.path} are both "
+                             f"{row.game}; pass one of them")
+        seen[row.game] = row.run
+
+
+def suite_figure(rows: list[SuiteRow]) -> Any:
+    """One panel per run of a suite, titled by its game: the training return (mean of the last
+    `RunCurves.window` games) and the greedy evaluations against agent steps, the game's
+    10M-step anchor (`vecdqn.scores.anchor`) as a dashed line; four panels a row.
+
+    Raises:
+        UsageError: matplotlib is missing.
+    """
+    plt = load_pyplot()
+    from matplotlib.ticker import EngFormatter
+
+    columns = min(4, len(rows))
+    lines = -(-len(rows) // columns)
+    fig, axes = plt.subplots(lines, columns, figsize=(4 * columns, 3.2 * lines), layout="constrained",
+                             squeeze=False)
+    for ax in axes.flat[len(rows):]:
+        fig.delaxes(ax)
+    for ax, row in zip(axes.flat, rows):
+        run = row.run
+        ax.plot(run.train.steps, run.train.values, color="C0", label=f"training (last {run.window} games)")
+        if len(run.evals.steps):
+            ax.plot(run.evals.steps, run.evals.values, color="C1", marker="o", markersize=3, label="greedy evaluation")
+        if row.anchor is not None:
+            ax.axhline(row.anchor.value, color="0.3", linestyle="--", linewidth=1,
+                       label=f"{row.anchor.name} at 10M ({row.anchor.kind})")
+        ax.set_title(row.game)
+        ax.xaxis.set_major_formatter(EngFormatter())
+        ax.set_xlabel("agent steps")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="x-small")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("return")
+    return fig
+
+
+def draw_suite(rows: list[SuiteRow], path: Path) -> None:
+    """Write `suite_figure` to the PNG ``path``."""
+    fig = suite_figure(rows)
+    fig.savefig(path, dpi=100)
+    load_pyplot().close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Exit codes: 0 done; 2 bad input or matplotlib missing for ``-o`` (one line on stderr);
     130 interrupted."""
@@ -326,6 +411,13 @@ def _plot(argv: list[str] | None) -> None:
     if args.output is not None:
         load_pyplot()  # fail before reading the runs, which can take a while
     runs = [read_run(folder, args.window) for folder in args.runs]
+    if args.suite:
+        check_suite(runs)
+        print(suite_table(runs), flush=True)
+        if args.output is not None:
+            draw_suite(suite_rows(runs), Path(args.output))
+            print(f"wrote {args.output}", file=sys.stderr)
+        return
     if args.markdown:
         print(markdown(runs, args.every, args.threshold), flush=True)
     else:

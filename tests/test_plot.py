@@ -34,7 +34,8 @@ from vecdqn.curves import (
     training_minutes,
 )
 from vecdqn.metrics import EvalLog
-from vecdqn.tables import markdown, signed
+from vecdqn.scores import HUMAN_RANDOM_SCORES, PUBLISHED_SCORES
+from vecdqn.tables import markdown, signed, suite_rows, suite_table
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "plot.py"
@@ -376,12 +377,14 @@ SEEDS_EVALS = {1: {1000: (-20.0, 66), 2000: (19.0, 126)}, 2: {1000: (-21.0, 126)
 
 
 def make_setting_run(folder: Path, seed: int, returns: list[float], seconds_per_game: float,
-                     evaluations: dict[int, tuple[float, float]], n_step: int) -> Path:
+                     evaluations: dict[int, tuple[float, float]], n_step: int, **options) -> Path:
     """A run as scripts/train.py and scripts/evaluate.py --every-checkpoint leave it: event files,
-    ``config.json`` (`Config.to_json`) and ``checkpoint-evals/`` (`EvalLog`)."""
+    ``config.json`` (`Config.to_json`, a Catch run unless ``options`` say otherwise) and
+    ``checkpoint-evals/`` (`EvalLog`)."""
     rows = [(100 * (i + 1), r, T0 + seconds_per_game * (i + 1)) for i, r in enumerate(returns)]
     write_events(folder, T0, {TRAIN_TAG: rows})
-    config = Config(env_id="vecdqn/Catch-v0", preset="catch", seed=seed, n_step=n_step, run_name=folder.name)
+    options = {"env_id": "vecdqn/Catch-v0", "preset": "catch", **options}
+    config = Config(seed=seed, n_step=n_step, run_name=folder.name, **options)
     (folder / "config.json").write_text(config.to_json())
     if evaluations:
         with EvalLog(folder) as log:
@@ -517,3 +520,172 @@ def test_numbers_must_be_finite_and_in_ascii_digits(tmp_path, capsys, args, kind
     err = capsys.readouterr().err
     option = args[0].split("=")[0]
     assert err.startswith(f"plot.py: error: argument {option}: invalid {kind} value: ") and err.count("\n") == 1
+
+
+# --- --suite: one run per game ------------------------------------------------------------------------------
+#
+# Three games trained with atari-pqn, 30 games each, game i ending at agent step 100 (i + 1); with
+# --window 10 the training return at the last step (3000) is the mean of games 20..29.
+#
+#   run        game i's return   game i's time    checkpoint evaluations (step: return @ saved)
+#   breakout   10 i              6 (i + 1) s      1000: 300 @ 66 s, 2000: 410 @ 126 s, 3000: 350 @ 186 s
+#   pong       -21 + i           12 (i + 1) s     1000: -20 @ 126 s, 2000: 15 @ 246 s, 3000: 15 @ 366 s
+#   seaquest   100 i             6 (i + 1) s      none
+#
+# Breakout's best is at 2000 and its last at 3000; Pong's best ties its last, and the earlier
+# (2000) is the best. Breakout and Pong have CleanRL PQN figures (the preferred anchor); Seaquest
+# has none from CleanRL, so its anchor is the RL Zoo's DQN.
+
+SUITE = {
+    "breakout": ("BreakoutNoFrameskip-v4", [10.0 * i for i in range(30)], 6,
+                 {1000: (300.0, 66), 2000: (410.0, 126), 3000: (350.0, 186)}),
+    "pong": ("PongNoFrameskip-v4", [-21.0 + i for i in range(30)], 12,
+             {1000: (-20.0, 126), 2000: (15.0, 246), 3000: (15.0, 366)}),
+    "seaquest": ("SeaquestNoFrameskip-v4", [100.0 * i for i in range(30)], 6, {}),
+}
+PQN = {"preset": "atari-pqn", "algo": "pqn"}
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory) -> list[Path]:
+    """The three runs of the table above, in its order."""
+    runs = tmp_path_factory.mktemp("suite")
+    return [make_setting_run(runs / f"{game}-pqn_s1", 1, returns, seconds, evaluations, 1, env_id=env_id, **PQN)
+            for game, (env_id, returns, seconds, evaluations) in SUITE.items()]
+
+
+def _hns(game: str, score: float) -> float:
+    random_score, human_score = HUMAN_RANDOM_SCORES[game]
+    return 100 * (score - random_score) / (human_score - random_score)
+
+
+def _suite_cells(text: str) -> tuple[list[str], list[list[str]], list[str]]:
+    """The header, the rows' cells and the lines after the table of a --suite output."""
+    lines = text.rstrip("\n").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| game |"))
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("|"))
+    header, _, *rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[start:end]]
+    return header, rows, lines[end:]
+
+
+def test_suite_table_by_hand(suite, capsys):
+    assert plot.main(["--suite", *map(str, suite), "--window", "10"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.startswith(f"**Suite of 3 runs**: Breakout `{suite[0]}`, Pong `{suite[1]}`, Seaquest `{suite[2]}`; ")
+    header, rows, after = _suite_cells(out)
+    assert header == ["game", "last greedy", "at agent step", "minutes", "best greedy", "at agent step", "minutes",
+                      "last / best", "trained to (agent step)", "training (last 10 games)", "HNS last", "HNS best",
+                      "10M anchor", "anchor source", "kind", "best ≥ anchor", "Nature DQN 50M"]
+    breakout, pong, seaquest = rows
+    training = [np.mean(SUITE[game][1][20:30]) for game in SUITE]
+    # Breakout: last 350 at step 3000 (saved at 186 s), best 410 at 2000 (126 s); 410 ≥ 384.85.
+    assert breakout == ["Breakout", "350.0", "3,000", "3.1", "410.0", "2,000", "2.1", f"{100 * 350 / 410:.1f}%",
+                        "3,000", f"{training[0]:.2f}", f"{_hns('breakout', 350):,.1f}%",
+                        f"{_hns('breakout', 410):,.1f}%", "384.85 ± 12.39", "CleanRL PQN", "T", "yes",
+                        "401.2 ± 26.9"]
+    # Pong: 15 twice; the best is the earlier (2000, 246 s), the last at 3000 (366 s); 15 < 20.49.
+    assert pong == ["Pong", "15.0", "3,000", "6.1", "15.0", "2,000", "4.1", "100.0%", "3,000",
+                    f"{training[1]:.2f}", f"{_hns('pong', 15):.1f}%", f"{_hns('pong', 15):.1f}%", "20.49 ± 0.11",
+                    "CleanRL PQN", "T", "no", "18.9 ± 1.3"]
+    # Seaquest: never evaluated; no CleanRL figure, so the RL Zoo's evaluation is its anchor.
+    assert seaquest == ["Seaquest", "not evaluated", "—", "—", "not evaluated", "—", "—", "—", "3,000",
+                        f"{training[2]:,.2f}", "—", "—", "2,000.29 ± 606.644", "RL Zoo DQN", "E", "—",
+                        "5,286 ± 1,310"]
+    median_last = np.median([_hns("breakout", 350), _hns("pong", 15)])
+    median_best = np.median([_hns("breakout", 410), _hns("pong", 15)])
+    assert after[1] == (f"Median human-normalized score over 2 games: last greedy {median_last:.1f}%, "
+                        f"best greedy {median_best:.1f}%; not counted: Seaquest (not evaluated).")
+    notes = [line.split(":")[0] for line in after[3:]]
+    assert notes == ["- HNS", "- T", "- E", "- CleanRL PQN", "- RL Zoo DQN", "- Nature DQN"]
+    sources = {score.name: score.source for scores in PUBLISHED_SCORES.values() for score in scores}
+    for line, name in zip(after[6:], ["CleanRL PQN", "RL Zoo DQN", "Nature DQN"]):
+        assert line.startswith(f"- {name}: {sources[name]}; ")
+    assert after[-1].endswith("± standard deviation over the evaluation games (as read: the table does not say).")
+    assert "± standard deviation over the 69 evaluation games of one run." in after[-2]
+
+
+def test_suite_of_games_without_references(tmp_path):
+    """A Catch run has no reference scores and no published ones (n/a); a run without config.json
+    is named by its folder; a best that is not positive gives no last/best percentage; the median
+    counts the one game with reference scores."""
+    catch = make_setting_run(tmp_path / "catch", 1, [1.0] * 5, 6, {100: (0.5, 30)}, 1)
+    bare = tmp_path / "bare"
+    write_events(bare, T0, {TRAIN_TAG: [(100, 2.0, T0 + 6)], EVAL_TAG: [(100, 3.0, T0 + 12)]})
+    pong = make_setting_run(tmp_path / "pong", 1, [-21.0] * 5, 6, {100: (-18.0, 30), 200: (-19.0, 60)}, 1,
+                            env_id="PongNoFrameskip-v4", **PQN)
+    runs = [read_run(path) for path in (catch, bare, pong)]
+    header, rows, after = _suite_cells(suite_table(runs))
+    na = ["n/a", "n/a", "n/a", "n/a", "n/a", "n/a"]  # HNS last, best; anchor, source, kind; best ≥ anchor
+    assert rows[0][:8] == ["vecdqn/Catch-v0", "0.5", "100", "0.5", "0.5", "100", "0.5", "100.0%"]
+    assert rows[0][10:] == [*na, "n/a"]
+    assert rows[1][:8] == ["bare", "3.0", "100", "0.2", "3.0", "100", "0.2", "100.0%"]
+    assert rows[1][9] == "2.00" and rows[1][10:] == [*na, "n/a"]
+    assert rows[2][:8] == ["Pong", "−19.0", "200", "1.0", "−18.0", "100", "0.5", "n/a"]
+    assert rows[2][10:12] == [f"{_hns('pong', -19):.1f}%", f"{_hns('pong', -18):.1f}%"]
+    assert rows[2][12:] == ["20.49 ± 0.11", "CleanRL PQN", "T", "no", "18.9 ± 1.3"]
+    assert after[1] == (f"Median human-normalized score over 1 game: last greedy {_hns('pong', -19):.1f}%, best "
+                        f"greedy {_hns('pong', -18):.1f}%; not counted: vecdqn/Catch-v0 (no reference scores), "
+                        "bare (no reference scores).")
+    _, _, after = _suite_cells(suite_table(runs[:2]))
+    assert after[1].startswith("Median human-normalized score: n/a (no evaluated run of a game with reference ")
+    assert [line.split(":")[0] for line in after[3:]] == ["- HNS"]  # no published score shown
+
+
+def test_suite_figure_has_a_panel_per_game(suite, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    rows = suite_rows([read_run(path, window=10) for path in suite])
+    fig = plot.suite_figure(rows)
+    try:
+        assert len(fig.axes) == 3  # one row of three: no empty panel
+        assert [ax.get_title() for ax in fig.axes] == ["Breakout", "Pong", "Seaquest"]
+        breakout, pong, seaquest = fig.axes
+        train, evals, anchor = breakout.get_lines()
+        assert train.get_xdata().tolist() == [100 * (i + 1) for i in range(30)]
+        assert train.get_ydata()[-1] == pytest.approx(np.mean(SUITE["breakout"][1][20:]))
+        assert evals.get_xdata().tolist() == [1000, 2000, 3000] and evals.get_ydata().tolist() == [300, 410, 350]
+        assert anchor.get_linestyle() == "--" and list(anchor.get_ydata()) == [384.85, 384.85]
+        assert len(pong.get_lines()) == 3
+        train, anchor = seaquest.get_lines()  # not evaluated: no evaluation line
+        assert list(anchor.get_ydata()) == [2000.29, 2000.29]
+        assert all(ax.get_xlabel() == "agent steps" for ax in fig.axes)
+    finally:
+        plot.load_pyplot().close(fig)
+    png = tmp_path / "suite.png"
+    assert plot.main(["--suite", *map(str, suite), "-o", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    out, err = capsys.readouterr()
+    assert out.startswith("**Suite of 3 runs**") and err == f"wrote {png}\n"
+
+
+def test_suite_figure_wraps_after_four_panels(suite):
+    pytest.importorskip("matplotlib")
+    rows = suite_rows([read_run(path) for path in suite])
+    fig = plot.suite_figure(rows * 2)  # six panels: 4 + 2, the two empty places removed
+    try:
+        assert len(fig.axes) == 6
+        assert [ax.get_subplotspec().rowspan.start for ax in fig.axes] == [0, 0, 0, 0, 1, 1]
+    finally:
+        plot.load_pyplot().close(fig)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--suite", "{run}", "--markdown"], "--suite makes one table of its own: leave out --markdown"),
+        (["--suite", "{run}", "--every", "5"], "--suite makes one table of its own: leave out --every"),
+        (["--suite", "{run}", "--markdown", "--threshold", "3"], "leave out --markdown"),
+        (["--suite", "{tmp}/empty"], "is not a run folder: it holds no TensorBoard event files"),
+        (["--suite", "{runs}"], "holds runs, not event files"),
+        (["--suite", "{run}", "{twin}"], "--suite takes one run per game: {run} and {twin} are both Breakout; "
+                                         "pass one of them"),
+    ],
+)
+def test_suite_bad_input_is_one_line(suite, tmp_path, capsys, args, message):
+    (tmp_path / "empty").mkdir()
+    twin = make_setting_run(tmp_path / "breakout-pqn_s2", 2, [1.0], 6, {}, 1, env_id="ALE/Breakout-v5", **PQN)
+    names = {"tmp": tmp_path, "run": suite[0], "runs": suite[0].parent, "twin": twin}
+    assert plot.main([a.format(**names) for a in args]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("plot.py: error: ") and err.count("\n") == 1 and message.format(**names) in err
