@@ -62,3 +62,30 @@ def test_bad_estimate_seconds_exit_2(capsys):
         load_cli().main(["--estimate", "--estimate-seconds", "0"])
     assert exit_info.value.code == 2
     assert "--estimate-seconds 0 must be > 0" in capsys.readouterr().err
+
+
+def test_env_id_sets_the_game_of_the_estimated_preset():
+    from argparse import Namespace
+
+    from vecdqn.benchmarks.env import ENV_ID, game
+    from vecdqn.benchmarks.estimate import train_options
+
+    args = Namespace(env_id="SeaquestNoFrameskip-v4", estimate_options="--amp off", preset="atari-pqn")
+    assert train_options(args) == "--amp off --env-id SeaquestNoFrameskip-v4"
+    assert train_options(Namespace(env_id=None, estimate_options="")) == ""
+    assert game(Namespace(env_id=None)) == ENV_ID and game(args) == "SeaquestNoFrameskip-v4"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--env-id", "Seaquest"], "unknown env id 'Seaquest'; did you mean"),
+    (["--estimate-options", "--env-id Foo"], "--estimate-options '--env-id Foo': unknown env id 'Foo'"),
+    (["--estimate-options", "--env-id BreakoutNoFrameskip-v4 --frame-skip 0"], "--estimate-options"),
+])
+def test_a_game_that_cannot_run_exits_2_before_the_run(capsys, args, message):
+    """The env id and env options are checked with the other options, not by the measured run
+    (which would end in a traceback)."""
+    with pytest.raises(SystemExit) as exit_info:
+        load_cli().main(["--estimate", "--preset", "atari-pqn", *args])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "running --preset" not in err

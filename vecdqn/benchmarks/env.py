@@ -48,7 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="numbers of envs (default 8 16 32 64 128)")
     group.add_argument("--env-steps", type=whole_number, default=8000,
                        help="agent steps (summed over envs) per timed block (default 8000)")
-    group.add_argument("--env-id", default=ENV_ID, help=f"the game (default {ENV_ID})")
+    group.add_argument("--env-id", default=None,
+                       help=f"the game (default {ENV_ID}); with --estimate also the game its preset runs, in place "
+                            "of the preset's own (e.g. --preset atari-pqn --env-id SeaquestNoFrameskip-v4)")
     group.add_argument("--env-screen-size", type=whole_number, default=84,
                        help="observation side in pixels (default 84)")
     group.add_argument("--env-ks", type=whole_number, nargs="+", default=None,
@@ -72,13 +74,19 @@ def check_arguments(args: argparse.Namespace) -> None:
         if min(values, default=1) < 1:
             raise ValueError(f"{flag} {' '.join(map(str, values))}: each must be >= 1")
     EnvOptions(screen_size=args.env_screen_size).validate(lambda option: "--env-" + option.replace("_", "-"))
-    check_env_id(args.env_id)
+    env_id = game(args)
+    check_env_id(env_id)
     with warnings.catch_warnings():  # ale-py warns "Rom ... not supported" before returning None
         warnings.simplefilter("ignore")
-        rom = ale_py.roms.get_rom_path(ale_game(args.env_id))
+        rom = ale_py.roms.get_rom_path(ale_game(env_id))
     if rom is None:
-        raise ValueError(f"--env-id {args.env_id} is not an ALE game; the --env section plays ALE games only "
+        raise ValueError(f"--env-id {env_id} is not an ALE game; the --env section plays ALE games only "
                          f"(its anchor is ALE's vector env), e.g. {ENV_ID} or ALE/Pong-v5")
+
+
+def game(args: argparse.Namespace) -> str:
+    """The --env section's game: ``--env-id``, else `ENV_ID`."""
+    return args.env_id or ENV_ID
 
 
 def ale_game(env_id: str) -> str:
@@ -209,7 +217,7 @@ def _timed(name: str, args: argparse.Namespace, num_envs: int, cores: int,
     """A candidate for `interleaved`: start the impl, time it under the random actions every impl
     gets (one seed), close it."""
     def run() -> float:
-        env = make_env_impl(name, args.env_id, num_envs, args.env_screen_size, envs_per_worker, cores)
+        env = make_env_impl(name, game(args), num_envs, args.env_screen_size, envs_per_worker, cores)
         try:
             return env_steps_per_second(env, num_envs, args.env_steps, np.random.default_rng(0))
         finally:
@@ -246,7 +254,7 @@ def run(args: argparse.Namespace) -> list[Row]:
                 note = f"{max(1, num_envs // cores)} games in one process x {cores} cores"
             rows.append({"bench": "env", "impl": name, "num_envs": num_envs, "value": value, "unit": "steps/s",
                          "ratio": ratio, "anchor": "ale_vector", "note": note})
-    frames_per_second, cores = emulator_ceiling(2_000 if args.quick else 20_000, args.env_id)
+    frames_per_second, cores = emulator_ceiling(2_000 if args.quick else 20_000, game(args))
     rows.append({"bench": "env", "impl": "emulator_ceiling", "num_envs": cores, "value": frames_per_second * cores / 4,
                  "unit": "steps/s", "ratio": None, "anchor": None,
                  "note": f"{frames_per_second:,.0f} raw frames/s x {cores} cores / 4"})

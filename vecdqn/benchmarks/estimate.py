@@ -44,6 +44,8 @@ PUBLISHED: dict[str, Published] = {
     "pong": Published(325_000, "+20.6 greedy (seed 1)", "docs/results.md#pong"),
     "catch-pqn": Published(12_000, "1.00 greedy (seeds 1 and 2)", "docs/results.md#catch-1"),
     "pong-pqn": Published(3_250_048, "greedy >= +18 (seed 1: +19.7; seed 2 at 2,000,000)", "docs/results.md#pong-1"),
+    # Per game: the whole run, one seed of each of the seven games of docs/results.md.
+    "atari-pqn": Published(10_000_000, "the end of the run", "docs/results.md#the-seven-games-of-the-first-dqn-paper"),
     "breakout-pqn": Published(10_000_000, "greedy >= 300 (seed 1 at 8,000,000: +319.1; seed 2: +343.3)",
                               "docs/results.md#pqn-breakout-pqn"),
 }
@@ -66,11 +68,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check_arguments(args: argparse.Namespace) -> None:
-    """Raise ``ValueError`` (one line) for a ``--estimate-seconds`` not above 0 or
-    ``--estimate-options`` that ``train.py`` would refuse or that name another preset."""
+    """Raise ``ValueError`` (one line) for a ``--estimate-seconds`` not above 0, an unknown
+    ``--env-id``, or ``--estimate-options`` that ``train.py`` would refuse or that name another
+    preset."""
+    from vecdqn.envs import check_env_id
+
     if not args.estimate_seconds > 0:
         raise ValueError(f"--estimate-seconds {args.estimate_seconds:g} must be > 0")
-    check_train_options("--estimate-options", args.estimate_options, args.preset)
+    if args.env_id is not None:
+        check_env_id(args.env_id)
+    check_train_options("--estimate-options", train_options(args), args.preset)
+
+
+def train_options(args: argparse.Namespace) -> str:
+    """``--estimate-options``, with ``--env-id`` (the game, in place of the preset's own) when given."""
+    game = f" --env-id {shlex.quote(args.env_id)}" if args.env_id is not None else ""
+    return args.estimate_options + game
 
 
 def expected_minutes(preset: str, steps_per_second: float) -> float | None:
@@ -144,14 +157,16 @@ def measure(preset: str, seconds: float, options: str = "") -> tuple[float, int]
 def run(args: argparse.Namespace) -> list[Row]:
     """The section's row: the preset's agent steps/s here, the minutes to its published result in
     its note; the same in one line on the console."""
-    print(f"running --preset {args.preset} for {args.estimate_seconds:g} s of learning ...", flush=True)
-    sps, envs = measure(args.preset, args.estimate_seconds, args.estimate_options)
+    options = train_options(args)
+    game = f" --env-id {args.env_id}" if args.env_id is not None else ""
+    print(f"running --preset {args.preset}{game} for {args.estimate_seconds:g} s of learning ...", flush=True)
+    sps, envs = measure(args.preset, args.estimate_seconds, options)
     minutes, published = expected_minutes(args.preset, sps), PUBLISHED.get(args.preset)
     if published is None:
         note = "no published result yet"
     else:
         note = (f"{said_minutes(minutes)} to {published.result} at {published.agent_steps:,} agent steps "
                 f"({published.source})")
-    print(f"--preset {args.preset}: {sps:,.1f} agent steps/s here; {note}\n", flush=True)
+    print(f"--preset {args.preset}{game}: {sps:,.1f} agent steps/s here; {note}\n", flush=True)
     return [{"bench": "estimate", "impl": args.preset, "num_envs": envs, "value": sps, "unit": "steps/s",
-             "note": note + (f"; {args.estimate_options}" if args.estimate_options else "")}]
+             "note": note + (f"; {options.strip()}" if options else "")}]

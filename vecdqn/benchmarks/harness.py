@@ -33,12 +33,13 @@ def check_train_options(flag: str, options: str, preset: str) -> list[str]:
 
     Raises:
         ValueError: one line naming ``flag``: a ``--preset`` or ``--resume`` among the options (the
-            section runs its own preset, fresh), a quote left open, or an option ``train.py``
-            refuses.
+            section runs its own preset, fresh), a quote left open, an option ``train.py``
+            refuses, or an env id or env option it would refuse before starting its envs.
     """
     import shlex
 
     from vecdqn.cli import UsageError, parse_config
+    from vecdqn.envs import check_env_options
 
     try:
         words = shlex.split(options)
@@ -49,8 +50,9 @@ def check_train_options(flag: str, options: str, preset: str) -> list[str]:
             raise ValueError(f"{flag} {options!r}: {word.split('=')[0]} cannot be given there; the section runs "
                              f"--preset {preset} in a new run folder (choose the preset with --preset)")
     try:
-        parse_config(["--preset", preset, *words])
-    except UsageError as err:  # its pointer to train.py's --help goes: the line ends with benchmark.py's
+        config, _ = parse_config(["--preset", preset, *words])
+        check_env_options(config.env_id, config.env_options())
+    except (UsageError, ValueError) as err:  # its pointer to train.py's --help goes: the line ends with benchmark.py's
         raise ValueError(f"{flag} {options!r}: {re.sub(r' [(]see [^ ]+ --help[)]$', '', str(err))}") from None
     return words
 
