@@ -125,6 +125,7 @@ THIRD_PARTY_PRIVATE = {
     "_frameskip": "ale_py's AtariEnv setting, checked by ale_direct.direct_ale",
     "_obs_type": "ale_py's AtariEnv setting, checked by ale_direct.direct_ale",
     "_actions": "argparse has no public list of a parser's actions",
+    "_exit": "os._exit is the documented way to end a process at once, from a signal handler during exit",
     "_add_info": "gymnasium's VectorEnv helper for its subclasses: batches one env's info as AsyncVectorEnv does",
 }
 SOURCES = sorted(PACKAGE.rglob("*.py")) + sorted((ROOT / "scripts").glob("*.py"))

@@ -325,7 +325,7 @@ def test_missing_matplotlib_is_one_line(two_seeds, tmp_path):
         (["{run}", "--window", "0"], "--window 0 must be at least 1 game"),
         (["{run}", "--every", "-5"], "--every -5 must be a positive number"),
         (["{run}", "--threshold", "18"], "--threshold 18 goes with --markdown"),
-        (["{run}", "--markdown", "--threshold", "nan"], "--threshold nan must be a finite return"),
+        (["{run}", "--markdown", "--threshold", "nan"], "argument --threshold: invalid float value: 'nan'"),
         (["{run}", "--out", "x.png"], "unrecognized arguments: --out x.png (see plot.py --help)"),
         ([], "the following arguments are required: RUN (see plot.py --help)"),
     ],
