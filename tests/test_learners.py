@@ -18,7 +18,6 @@ from vecdqn.acting import epsilon_greedy
 from vecdqn.cli import parse_args
 from vecdqn.config import Config
 from vecdqn.learners import LEARNERS, POLICY_KEY, Learner, LearnerSpec, ReplayLearner, learner_spec, register
-from vecdqn.model import QNetwork
 from vecdqn.presets import PRESETS
 from vecdqn.trainer import Trainer
 
@@ -87,6 +86,19 @@ def test_options_of_one_learner_are_refused_for_another_by_its_record():
 
 
 # -- a third learner, written here: one-step Q-learning on each vector step (no replay, no target) ----
+class LinearQ(torch.nn.Module):
+    """Its network, not a `QNetwork`: one linear layer over the scaled frames, ``(B, S, H, W) uint8
+    -> (B, A) float32``."""
+
+    def __init__(self, config: Config, n_actions: int, obs_shape: tuple[int, ...] | None = None):
+        super().__init__()
+        shape = obs_shape or (config.frame_stack, config.screen_size, config.screen_size)
+        self.linear = torch.nn.Linear(int(np.prod(shape)), n_actions)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.linear(obs.flatten(1).float() / 255.0)
+
+
 class OneStepLearner:
     """Watkins' Q-learning (1989) on the last vector step: ``r + γ (1 − terminated) max_a Q(s', a)``,
     one Adam step per vector step."""
@@ -94,7 +106,7 @@ class OneStepLearner:
     def __init__(self, config: Config, device: torch.device, obs_shape: tuple[int, ...], n_actions: int):
         self.config, self.device = config, device
         self.n_actions, self.obs_shape = n_actions, tuple(obs_shape)
-        self.online = QNetwork.from_config(config, n_actions, obs_shape)
+        self.online = LinearQ(config, n_actions, obs_shape)
         self.optimizer = torch.optim.Adam(self.online.parameters(), lr=config.learning_rate)
         self.rng = np.random.default_rng(config.seed)
         self.batch: tuple[torch.Tensor, ...] | None = None
@@ -157,8 +169,9 @@ def onestep_record():
     """The third learner's record, for this test only."""
     yield register(LearnerSpec(
         name="onestep", summary="one-step Q-learning on each vector step", learner=f"{__name__}:OneStepLearner",
-        options=frozenset(), check=lambda c: None, learns_from=lambda c: 0, keeps_replay=False, layer_norm=False,
-        storage=lambda c: (0, "nothing"), checkpoint_bytes=lambda c, parameters: 3 * 4 * parameters))
+        network=f"{__name__}:LinearQ", options=frozenset(), check=lambda c: None, learns_from=lambda c: 0,
+        keeps_replay=False, layer_norm=False, storage=lambda c: (0, "nothing"),
+        checkpoint_bytes=lambda c, parameters: 3 * 4 * parameters))
     del LEARNERS["onestep"]
 
 
@@ -168,11 +181,12 @@ def test_a_third_learner_joins_with_one_record_and_trains_catch(tmp_path, oneste
                          "--checkpoint-every", "200", "--eval-every", "400", "--eval-episodes", "2",
                          "--log-every", "100", "--log-dir", str(tmp_path), "--run-name", "onestep"])
     assert config.algo == "onestep" and not config.uses_layer_norm
-    initial = QNetwork.from_config(config, 3)
+    initial = LinearQ(config, 3)
     summary = Trainer(config, progress=False, handle_signals=False).run()
     # one update per vector step of 2 envs, but the last: its learn would come with the next step
     assert summary["steps"] == 400 and summary["updates"] == 199
     policy = checkpoint.load_policy(summary["checkpoint"])
+    assert isinstance(policy.network, LinearQ)  # the checkpoint's policy is the record's network
     saved = checkpoint.load_training(summary["checkpoint"])
     assert saved["config"]["algo"] == "onestep" and POLICY_KEY in saved["agent"]
     assert any(not torch.equal(a, b) for a, b in zip(policy.network.state_dict().values(),
@@ -186,3 +200,17 @@ def test_a_third_learner_joins_with_one_record_and_trains_catch(tmp_path, oneste
 def test_a_record_name_is_registered_once():
     with pytest.raises(ValueError, match="'dqn' is registered already"):
         register(dataclasses.replace(learner_spec("dqn")))
+
+
+def test_help_shows_each_learners_options_in_its_own_group():
+    from vecdqn.cli import build_parser, option_flag
+
+    text = build_parser().format_help()
+    titles = {name: f"--algo {name} options (" for name in LEARNERS}
+    starts = sorted((text.index(title), name) for name, title in titles.items())
+    every = text.index("options of every run (any --algo):")
+    for (start, name), (end, _) in zip(starts, starts[1:] + [(text.index("presets ("), None)]):
+        section = text[start:end]
+        for option in learner_spec(name).options:
+            assert f"\n  {option_flag(option)} " in section or f"\n  {option_flag(option)}," in section, option
+        assert "\n  --total-steps " not in section and every < start

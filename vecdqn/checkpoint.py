@@ -36,8 +36,7 @@ import torch
 import vecdqn
 from vecdqn import safe_pickle
 from vecdqn.config import Config
-from vecdqn.learners import POLICY_KEY
-from vecdqn.model import QNetwork
+from vecdqn.learners import POLICY_KEY, learner_spec
 
 __all__ = [
     "BEST", "CHECKPOINT_FORMAT", "CheckpointError", "Policy", "keep_best", "kept_checkpoints", "load", "load_policy",
@@ -155,10 +154,11 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> Path:
 
 @dataclass
 class Policy:
-    """A Q-network loaded from a checkpoint, with what came with it.
+    """The network a checkpoint's learner acts with, loaded, with what came with it.
 
     Attributes:
-        network: ``(B, S, 84, 84) uint8 -> (B, A) float32`` on ``device``, in eval mode.
+        network: ``(B, S, H, W) uint8 -> (B, A) float32`` values (the greedy action their argmax) on
+            ``device``, in eval mode.
         config: the training run's `Config` (env id and preprocessing).
         path: the checkpoint file read (for a run folder, the file `resolve_checkpoint` chose).
         step: the agent step the checkpoint was saved at (agent steps summed over all envs), or
@@ -168,7 +168,7 @@ class Policy:
             of older versions do not say: then the file's modification time).
     """
 
-    network: QNetwork
+    network: torch.nn.Module
     config: Config
     path: Path
     step: int | None
@@ -177,11 +177,11 @@ class Policy:
 
 
 def load_policy(path: str | os.PathLike[str], device: torch.device | str = "cpu") -> Policy:
-    """Load the online Q-network of a vecdqn checkpoint (file or run folder) onto ``device``.
+    """Load the policy network of a vecdqn checkpoint (file or run folder) onto ``device``.
 
-    The network is rebuilt from the saved ``n_actions``, ``obs_shape`` and the config
-    (`QNetwork.from_config`), then given the weights under `vecdqn.learners.POLICY_KEY` of the
-    saved ``agent``; it is in eval mode.
+    The network its learner acts with (`vecdqn.learners.LearnerSpec.build_network`) is rebuilt
+    from the saved ``n_actions``, ``obs_shape`` and the config, then given the weights under
+    `vecdqn.learners.POLICY_KEY` of the saved ``agent``; it is in eval mode.
 
     Raises:
         CheckpointError: missing, corrupt or foreign checkpoint, weights that do not fit the
@@ -258,14 +258,15 @@ def keep_best(run_dir: str | os.PathLike[str], step: int) -> Path:
     return source
 
 
-def _network(state: dict[str, Any], config: Config) -> QNetwork:
-    """The online Q-network of a loaded checkpoint, on the CPU.
+def _network(state: dict[str, Any], config: Config) -> torch.nn.Module:
+    """The network a loaded checkpoint's learner acts with (`LearnerSpec.build_network`), with its
+    policy weights, on the CPU.
 
     Raises:
         KeyError, TypeError, ValueError, RuntimeError: the saved shapes or weights do not make a
             network (`load_policy` reports them as one `CheckpointError`).
     """
-    network = QNetwork.from_config(config, int(state["n_actions"]), state["obs_shape"])
+    network = learner_spec(config.algo).build_network(config, int(state["n_actions"]), state["obs_shape"])
     network.load_state_dict(state["agent"][POLICY_KEY])
     return network
 

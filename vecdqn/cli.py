@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from vecdqn.config import Config, check_options_used, option_flag
-from vecdqn.learners import LEARNERS
+from vecdqn.learners import LEARNERS, learners_using
 from vecdqn.presets import PRESET_SOURCES, PRESETS, check_preset
 from vecdqn.schedules import SCHEDULE_SHORTHANDS, replaced_options
 
@@ -234,7 +234,16 @@ def build_parser() -> OneLineErrorParser:
         # `explicit_options`, so a preset or a resume would silently override it: refuse prefixes.
         allow_abbrev=False,
     )
+    # The options every learner uses in one group, then a group per learner (or learners) for the
+    # options their records name as their own.
+    groups = {(): parser.add_argument_group("options of every run (any --algo)")}
+    for name, spec in LEARNERS.items():
+        groups[(name,)] = parser.add_argument_group(f"--algo {name} options ({spec.summary})")
     for f in fields(Config):
+        users = tuple(learners_using(f.name))
+        if users not in groups:
+            groups[users] = parser.add_argument_group(f"options of {' and '.join(f'--algo {u}' for u in users)}")
+        group = groups[users]
         kwargs: dict[str, Any] = {"help": f.metadata["help"], "default": f.default}
         type_name = OPTION_TYPES[f.name]
         if type_name == "bool":
@@ -242,7 +251,7 @@ def build_parser() -> OneLineErrorParser:
         else:
             kwargs["type"] = {"int": whole_number, "float": finite_number, "str": str}[type_name]
             kwargs["metavar"] = type_name.upper()
-        parser.add_argument(option_flag(f.name), dest=f.name, **kwargs)
+        group.add_argument(option_flag(f.name), dest=f.name, **kwargs)
     return parser
 
 

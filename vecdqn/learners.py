@@ -137,6 +137,12 @@ class LearnerSpec:
         summary: one phrase for ``--help``.
         learner: ``"module:Class"`` of its `Learner` (imported when a run makes one), built as
             ``Class(config, device, obs_shape, n_actions)``.
+        network: ``"module:callable"`` (a dotted attribute after the colon, e.g.
+            ``"vecdqn.model:QNetwork.from_config"``) that builds the network it acts with as
+            ``callable(config, n_actions, obs_shape)``: ``(B, S, H, W) uint8 -> (B, A) float32``
+            values whose argmax is the greedy action, with the weights a checkpoint keeps under
+            `POLICY_KEY`. What needs the policy without the learner (`build_network`) asks it here:
+            a checkpoint's policy (evaluation, video), the Ape-X actors, preflight's estimates.
         options: the `vecdqn.config.Config` fields it uses that other learners do not (options
             no record lists are every learner's); given explicitly to another learner's run,
             they are refused (`check_learner_options`).
@@ -153,6 +159,7 @@ class LearnerSpec:
     name: str
     summary: str
     learner: str
+    network: str
     options: frozenset[str]
     check: Callable[[Any], None]
     learns_from: Callable[[Any], int]
@@ -164,8 +171,22 @@ class LearnerSpec:
 
     def load(self) -> type:
         """Its `Learner` class."""
-        module, _, name = self.learner.partition(":")
-        return getattr(importlib.import_module(module), name)
+        return _resolve(self.learner)
+
+    def build_network(self, config: Any, n_actions: int, obs_shape: tuple[int, ...] | None = None) -> torch.nn.Module:
+        """The network it acts with (`network`) for ``A = n_actions`` and observations ``obs_shape``
+        (None: the config's ``(frame_stack, screen_size, screen_size)``), freshly initialised,
+        on the current default device."""
+        return _resolve(self.network)(config, n_actions, obs_shape)
+
+
+def _resolve(path: str) -> Any:
+    """The object ``"module:attr.attr"`` names."""
+    module, _, attrs = path.partition(":")
+    found: Any = importlib.import_module(module)
+    for attr in attrs.split("."):
+        found = getattr(found, attr)
+    return found
 
 
 def _flag(name: str) -> str:
@@ -263,6 +284,7 @@ def register(spec: LearnerSpec) -> LearnerSpec:
 
 register(LearnerSpec(
     name="dqn", summary="double DQN, dueling head, prioritized n-step replay", learner="vecdqn.dqn:DQNLearner",
+    network="vecdqn.model:QNetwork.from_config",
     options=frozenset({"buffer_size", "per", "per_alpha", "per_beta_start", "per_beta_end", "per_beta_steps",
                        "per_beta_schedule", "per_eps", "n_step", "learning_starts", "train_frequency", "batch_size",
                        "adam_eps", "target_update_frequency", "double", "compile", "prefetch", "overlap_forward",
@@ -275,7 +297,7 @@ register(LearnerSpec(
 register(LearnerSpec(
     name="pqn", summary="parallel Q-learning on the vector env: rollouts, Q(lambda) returns, no replay or target "
                         "network; Gallici et al. 2025",
-    learner="vecdqn.pqn:PQNLearner",
+    learner="vecdqn.pqn:PQNLearner", network="vecdqn.model:QNetwork.from_config",
     options=frozenset({"rollout_steps", "q_lambda", "epochs", "minibatches", "overlap_update"}),
     check=_check_pqn, learns_from=lambda c: 0, keeps_replay=False, layer_norm=True, storage=_pqn_storage,
     # the network, RAdam's two moments, the acting copy of --overlap-update; the rollout so far

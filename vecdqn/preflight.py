@@ -18,7 +18,6 @@ import torch
 from vecdqn.config import Config
 from vecdqn.envs import check_env_options, make_env
 from vecdqn.learners import learner_spec
-from vecdqn.model import QNetwork
 from vecdqn.staging import check_amp, select_device
 from vecdqn.tracking import check_wandb_names, require_wandb
 
@@ -221,7 +220,7 @@ def checkpoint_bytes(config: Config, n_actions: int) -> int:
     (`vecdqn.learners.LearnerSpec.checkpoint_bytes`: its networks and optimizer, PQN's rollout so
     far), plus each env's snapshot and observation (none with ``--actors``)."""
     with torch.device("meta"):
-        net = QNetwork.from_config(config, n_actions)
+        net = learner_spec(config.algo).build_network(config, n_actions)
     parameters = sum(p.numel() for p in net.parameters())
     per_env = 2 * config.frame_stack * config.screen_size**2 + SNAPSHOT_BYTES
     snapshotted = 0 if config.actors else config.num_envs  # the actors' games are not kept

@@ -24,7 +24,7 @@ from vecdqn.acting import epsilon_greedy, learner_rewards, stored_next_obs
 from vecdqn.config import Config
 from vecdqn.distributed.blocks import Block
 from vecdqn.envs import WorkerGuard
-from vecdqn.model import QNetwork
+from vecdqn.learners import learner_spec
 from vecdqn.replay import NStepAccumulator
 
 __all__ = ["Actor", "apex_epsilons", "restarted"]
@@ -75,7 +75,7 @@ class Actor:
         self.actor_id, self.epsilon = actor_id, float(epsilon)
         if restarted():
             seed = (seed + os.getpid() * c.actor_envs) % 2**31
-        self.net = QNetwork.from_config(c, n_actions, obs_shape)
+        self.net = learner_spec(c.algo).build_network(c, n_actions, obs_shape)
         self.net.requires_grad_(False)
         self.weights_version = -1  # -1: its own random init, until the learner's first weights
         self.rng = np.random.default_rng(seed + 7_919 * (actor_id + 1))
