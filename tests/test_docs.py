@@ -280,6 +280,73 @@ def test_the_diary_check_leaves_reference_prose_alone():
     assert diary_words(reference) == []
 
 
+# A figure named "measured" comes with the command that measures it: in its section (up to the next
+# heading) a fenced code block or an inline `python scripts/...`-style command. A paragraph, list item
+# or table is checked when it says "measured" (not "not yet measured", nor inside a link's target)
+# and holds a number.
+MEASURED_RE = re.compile(r"\bmeasured\b", re.I)
+UNMEASURED_RE = re.compile(r"\b(?:not|never)(?: yet)?(?: been)? measured\b", re.I)
+COMMAND_SPAN_RE = re.compile(r"^(?:[A-Z_]+=\S+ )*(?:timeout (?:-s \w+ )?\d+ )?(?:python|bash) \S")
+ITEM_RE = re.compile(r"\s*(?:[-*]|\d+\.)\s")
+
+
+def sections_of(text: str) -> list[tuple[str, list[tuple[int, str, bool]]]]:
+    """``(heading, lines)`` per section of a Markdown page (the part before the first heading has
+    the heading ``""``), each line as ``(line number, text, inside a fenced block)``."""
+    found: list[tuple[str, list[tuple[int, str, bool]]]] = [("", [])]
+    fenced = False
+    for number, line in enumerate(text.splitlines(), start=1):
+        if FENCE_RE.match(line):
+            fenced = not fenced
+            found[-1][1].append((number, line, True))
+        elif not fenced and re.match(r"#{1,6}\s", line):
+            found.append((line.strip(), []))
+        else:
+            found[-1][1].append((number, line, fenced))
+    return found
+
+
+def unsourced_measurements(text: str) -> list[str]:
+    """``"line: heading: paragraph"`` for each paragraph, list item or table that names a number
+    "measured" in a section with no command."""
+    problems = []
+    for heading, lines in sections_of(text):
+        code = [line for _, line, fenced in lines if fenced and line.strip() and not FENCE_RE.match(line)]
+        prose = [(number, line) for number, line, fenced in lines if not fenced]
+        if code or any(COMMAND_SPAN_RE.match(span) for _, span in inline_spans(prose)):
+            continue
+        blocks: list[list[tuple[int, str]]] = [[]]
+        for number, line in prose:
+            if not line.strip() or (ITEM_RE.match(line) and blocks[-1]):
+                blocks.append([])
+            if line.strip():
+                blocks[-1].append((number, line))
+        for block in filter(None, blocks):
+            said = UNMEASURED_RE.sub("", re.sub(r"\]\([^)]*\)", "]", " ".join(line for _, line in block)))
+            if MEASURED_RE.search(said) and re.search(r"\d", said):
+                problems.append(f"{block[0][0]}: {heading or '(top)'}: {said.strip()[:100]}")
+    return problems
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_measured_figure_has_its_command(path):
+    found = unsourced_measurements(path.read_text())
+    assert not found, (f"{path.name}: figures named measured without a command in their section (add the "
+                       "command, a fenced block or inline `python scripts/...`):\n" + "\n".join(found))
+
+
+def test_the_measured_check_wants_a_command_in_the_section():
+    bare = "# Speed\n\nIntro.\n\n## Pong\n\n- It measured 86.8 agent steps/s (commit `51260ab`).\n- Fine.\n"
+    assert [entry.split(": ")[0] for entry in unsourced_measurements(bare)] == ["7"]
+    inline = bare.replace("- Fine.", "- `python scripts/train.py --preset pong` made it.")
+    fenced = bare + "\n```bash\npython scripts/train.py --preset pong\n```\n"
+    later = bare + "\n## Next\n\n```bash\npython scripts/train.py --preset pong\n```\n"
+    unmeasured = "## GPU\n\n| figure | value |\n|---|---|\n| B = 32 | (not yet measured) |\n"
+    linked = "## Tuning\n\nFive trials at 4e-4 to 4e-3 ([tuning](tuning.md#measured-catch)).\n"
+    assert [unsourced_measurements(page) for page in (inline, fenced, unmeasured, linked)] == [[], [], [], []]
+    assert unsourced_measurements(later) != []
+
+
 def github_slug(heading: str) -> str:
     """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
     text = re.sub(r"[`*]|\[([^]]*)\]\([^)]*\)", r"\1", heading.strip().lower())
