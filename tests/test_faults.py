@@ -439,12 +439,12 @@ def test_another_learners_option_given_on_resume_is_refused_with_advice_that_can
                              train_state=dataclasses.asdict(TrainState.new(config)), agent={})
     assert cli.main(["--resume", str(tmp_path / "run"), "--n-step", "3", "--total-steps", "400"]) == 2
     assert capsys.readouterr().err == (
-        "train.py: error: --n-step only applies with --algo dqn, and the run being resumed uses --algo pqn, which "
-        "is fixed on resume: drop --n-step\n")
+        "train.py: error: --n-step only applies with --algo dqn or --algo rainbow, and the run being resumed uses "
+        "--algo pqn, which is fixed on resume: drop --n-step\n")
     assert cli.main(["--preset", "catch-pqn", "--n-step", "3", "--buffer-size", "500"]) == 2
     assert capsys.readouterr().err == (
-        "train.py: error: --buffer-size, --n-step only apply with --algo dqn; --algo pqn would ignore them: drop "
-        "them or change --algo\n")
+        "train.py: error: --buffer-size, --n-step only apply with --algo dqn or --algo rainbow; --algo pqn would "
+        "ignore them: drop them or change --algo\n")
 
 
 @pytest.mark.parametrize(("algo", "default"), [("dqn", False), ("pqn", True)])

@@ -35,8 +35,11 @@ def learned(trainer, episodes=100):
     assert len(result.returns) == episodes
     env = make_env("vecdqn/Catch-v0", screen_size=trainer.config.screen_size)
     starts = np.stack([env.reset(seed=1000 + i)[0] for i in range(20)])
+    network = trainer.core.learner.agent.online
+    network.eval()  # as evaluation plays (noisy layers: their mean weights)
     with torch.no_grad():
-        start_q = trainer.core.learner.agent.online(torch.from_numpy(starts)).max(dim=1).values.mean().item()
+        start_q = network(torch.from_numpy(starts)).max(dim=1).values.mean().item()
+    network.train()
     mean_return = float(np.mean(result.returns))
     return mean_return >= 0.8 and abs(start_q) <= 1.25, mean_return, start_q
 
@@ -127,6 +130,42 @@ def test_pqn_with_a_flipped_return_sign_does_not_learn(tmp_path, monkeypatch):
     correct = vecdqn.pqn.learner.lambda_returns
     monkeypatch.setattr(vecdqn.pqn.learner, "lambda_returns", lambda *args: -correct(*args))
     trainer = Trainer(replace(pqn_preset(tmp_path), total_steps=PQN_LEARNING_STEPS), progress=False,
+                      handle_signals=False)
+    trainer.run()
+    ok, mean_return, start_q = learned(trainer, episodes=50)
+    assert not ok, (mean_return, start_q)
+
+
+def rainbow_preset(tmp_path, *extra):
+    return parse_args(["--preset", "catch-rainbow", "--log-dir", str(tmp_path), "--seed", "1", *extra])
+
+
+# The catch-rainbow preset's first 6,000 of its 20,000 agent steps, as the catch preset's test.
+RAINBOW_LEARNING_STEPS = 6_000
+
+
+def test_catch_rainbow_preset_learns(tmp_path):
+    """Rainbow (``--algo rainbow``: C51 distributions, noisy nets, on DQN's replay) through the same
+    path: the same bar for having learned."""
+    trainer = Trainer(replace(rainbow_preset(tmp_path), total_steps=RAINBOW_LEARNING_STEPS), progress=False,
+                      handle_signals=False)
+    trainer.run()
+    ok, mean_return, start_q = learned(trainer)
+    assert ok, (mean_return, start_q)
+
+
+def test_rainbow_with_a_mirrored_target_does_not_learn(tmp_path, monkeypatch):
+    """The fault-injection teeth of the Rainbow test: the projected target of −(r + γ Z'), the
+    next distribution mirrored on the symmetric support and the reward negated, must fail it."""
+    import vecdqn.rainbow.loss
+
+    correct = vecdqn.rainbow.loss.categorical_projection
+
+    def mirrored(next_probs, rewards, discounts, support):
+        return correct(next_probs.flip(-1), -rewards, discounts, support)
+
+    monkeypatch.setattr(vecdqn.rainbow.loss, "categorical_projection", mirrored)
+    trainer = Trainer(replace(rainbow_preset(tmp_path), total_steps=RAINBOW_LEARNING_STEPS), progress=False,
                       handle_signals=False)
     trainer.run()
     ok, mean_return, start_q = learned(trainer, episodes=50)

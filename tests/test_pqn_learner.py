@@ -82,7 +82,7 @@ def test_learn_waits_for_a_full_rollout_then_counts_its_updates(tmp_path):
 
 
 @pytest.mark.parametrize(("args", "named"), [
-    (["--algo", "pqn", "--buffer-size", "1000"], "--buffer-size only applies with --algo dqn"),
+    (["--algo", "pqn", "--buffer-size", "1000"], "--buffer-size only applies with --algo dqn or --algo rainbow"),
     (["--algo", "pqn", "--per-alpha", "0.6", "--batch-size", "64"], "--per-alpha, --batch-size only apply"),
     (["--rollout-steps", "8"], "--rollout-steps only applies with --algo pqn"),
     (["--algo", "pqn", "--actors", "1"], "--actors only applies with --algo dqn"),
@@ -93,6 +93,12 @@ def test_learn_waits_for_a_full_rollout_then_counts_its_updates(tmp_path):
     # A preset belongs to one learner: its values for the other would be dropped unseen.
     (["--preset", "catch", "--algo", "pqn"], "--algo pqn does not fit --preset catch, a preset for --algo dqn"),
     (["--preset", "catch-pqn", "--algo", "dqn"], "use one of ['catch', 'labml', 'pong'], or no preset"),
+    (["--algo", "rainbow", "--rollout-steps", "8"], "--rollout-steps only applies with --algo pqn"),
+    (["--algo", "rainbow", "--actors", "1"], "--actors only applies with --algo dqn"),
+    (["--algo", "rainbow", "--atoms", "0"], "--atoms 0 must be 1 (no distribution) to 1001"),
+    (["--algo", "rainbow", "--v-min", "1", "--v-max", "1"], "--v-min 1 must be below --v-max 1"),
+    (["--algo", "rainbow", "--layer-norm"], "--layer-norm is not offered with --algo rainbow"),
+    (["--algo", "dqn", "--atoms", "11"], "--atoms only applies with --algo rainbow"),
 ])
 def test_options_the_learner_would_not_use_are_refused(tmp_path, args, named, capsys):
     code = cli.main(["--env-id", "vecdqn/Catch-v0", "--screen-size", "44", "--log-dir", str(tmp_path), *args])

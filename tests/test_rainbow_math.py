@@ -281,21 +281,22 @@ def obs(batch: int = 2, side: int = 36) -> torch.Tensor:
 @pytest.mark.parametrize("noisy", [True, False])
 def test_output_shapes_and_probabilities(dueling, noisy):
     net = RainbowNetwork(3, atoms=51, dueling=dueling, noisy=noisy, **SMALL)
-    logits = net(obs())
+    logits = net.logits(net.scale(obs()))
     assert logits.shape == (2, 3, 51) and logits.dtype == torch.float32
     torch.testing.assert_close(F.softmax(logits, dim=-1).sum(-1), torch.ones(2, 3))
     q = net.q_values(obs())
     assert q.shape == (2, 3) and q.dtype == torch.float32
     assert (q.abs() <= 10.0 + 1e-5).all()  # an expectation over atoms in [-10, 10]
     net1 = RainbowNetwork(3, atoms=1, dueling=dueling, noisy=noisy, **SMALL)
-    assert net1.support is None and net1(obs()).shape == (2, 3, 1)
-    assert torch.equal(net1.q_values(obs()), net1(obs()).squeeze(-1))
+    logits1 = net1.logits(net1.scale(obs()))
+    assert net1.support is None and logits1.shape == (2, 3, 1)
+    assert torch.equal(net1.q_values(obs()), logits1.squeeze(-1))
 
 
 def test_full_size_defaults():
     net = RainbowNetwork(6)
     assert (net.atoms, net.dueling, net.noisy) == (51, True, True)
-    assert net(obs(2, 84)).shape == (2, 6, 51) and net.q_values(obs(2, 84)).shape == (2, 6)
+    assert net.logits(net.scale(obs(2, 84))).shape == (2, 6, 51) and net.q_values(obs(2, 84)).shape == (2, 6)
 
 
 def test_q_values_are_the_expectation_over_atoms():
@@ -307,8 +308,8 @@ def test_q_values_are_the_expectation_over_atoms():
             stream[2].weight.zero_()
             stream[2].bias.zero_()
         net.value[2].bias.copy_(t([0.0, 0.0, math.log(3.0)]))
-    np.testing.assert_allclose(F.softmax(net(obs()), -1).detach().numpy(), np.full((2, 2, 3), [0.2, 0.2, 0.6]),
-                               atol=1e-6)
+    probabilities = F.softmax(net.logits(net.scale(obs())), -1).detach().numpy()
+    np.testing.assert_allclose(probabilities, np.full((2, 2, 3), [0.2, 0.2, 0.6]), atol=1e-6)
     torch.testing.assert_close(net.q_values(obs()), torch.full((2, 2), 0.4))
 
 
@@ -332,28 +333,28 @@ def test_noisy_false_has_no_noise():
     net = RainbowNetwork(3, atoms=5, noisy=False, **SMALL)
     assert not any(isinstance(m, NoisyLinear) for m in net.modules())
     assert [name for name, _ in net.named_buffers()] == ["support"] and "support" not in net.state_dict()
-    before = net(obs())
+    before = net.logits(net.scale(obs()))
     net.reset_noise()
-    assert torch.equal(net(obs()), before)
+    assert torch.equal(net.logits(net.scale(obs())), before)
 
 
 def test_noisy_network_resamples_in_train_mode_and_not_in_eval_mode():
     net = RainbowNetwork(3, atoms=5, **SMALL)
     assert sum(isinstance(m, NoisyLinear) for m in net.modules()) == 4  # two layers per stream
     assert {"value.0.epsilon_in", "advantage.2.epsilon_out"} <= set(net.state_dict())
-    before = net(obs())
+    before = net.logits(net.scale(obs()))
     net.reset_noise(torch.Generator().manual_seed(1))
-    after = net(obs())
+    after = net.logits(net.scale(obs()))
     assert not torch.allclose(after, before)
     twin = RainbowNetwork(3, atoms=5, **SMALL)
     twin.load_state_dict(net.state_dict())
-    assert torch.equal(twin(obs()), after)
+    assert torch.equal(twin.logits(twin.scale(obs())), after)
     twin.reset_noise(torch.Generator().manual_seed(1))  # the same seed draws the same noise
-    assert torch.equal(twin(obs()), after)
+    assert torch.equal(twin.logits(twin.scale(obs())), after)
     net.eval()
-    mean = net(obs())
+    mean = net.logits(net.scale(obs()))
     net.reset_noise()
-    assert torch.equal(net(obs()), mean)
+    assert torch.equal(net.logits(net.scale(obs())), mean)
 
 
 def test_torso_is_the_q_networks():
@@ -458,8 +459,9 @@ def test_rainbow_loss_runs_the_networks_and_weights_the_samples(atoms):
     # the same numbers from the network outputs, by hand
     with torch.no_grad():
         next_q_online = online.q_values(batch.next_obs)
-        next_target = target(batch.next_obs)
-    losses, expected_priorities = sample_losses(online(batch.obs), batch.actions, batch.rewards, batch.discounts,
+        next_target = target.logits(target.scale(batch.next_obs))
+    logits = online.logits(online.scale(batch.obs))
+    losses, expected_priorities = sample_losses(logits, batch.actions, batch.rewards, batch.discounts,
                                                 next_q_online, next_target, online.support)
     torch.testing.assert_close(loss, (batch.weights * losses).mean())
     torch.testing.assert_close(priorities, expected_priorities)
@@ -504,8 +506,9 @@ def test_defaults_are_table_1_in_agent_steps():
 
 
 def test_the_rainbow_package_imports_only_what_it_may():
+    # the registry's POLICY_KEY is the one name of the seam an agent needs (as DQN's agent)
     forbidden = ("vecdqn.dqn", "vecdqn.pqn", "vecdqn.envs", "vecdqn.trainer", "vecdqn.core", "vecdqn.config",
-                 "vecdqn.learners", "gymnasium", "ale_py", "cv2")
+                 "gymnasium", "ale_py", "cv2")
     for path in sorted((ROOT / "vecdqn" / "rainbow").glob("*.py")):
         names = set()
         for node in ast.walk(ast.parse(path.read_text())):
@@ -523,3 +526,14 @@ def test_rainbow_loss_wants_one_weight_per_transition():
     batch = batch_of()._replace(weights=torch.ones(3))
     with pytest.raises(ValueError, match=r"weights has shape \(3,\); it must be \(4,\)"):
         rainbow_loss(RainbowNetwork(3, atoms=5, **SMALL), RainbowNetwork(3, atoms=5, **SMALL), batch)
+
+
+def test_the_network_acts_as_every_policy_network_does():
+    """``forward`` is the Q-values, ``(B, A) float32``, as evaluation and the actors take them; the
+    distributions come from ``logits``; `channels_last` changes the memory order, not the values."""
+    net = RainbowNetwork(4, atoms=11, v_min=-1.0, v_max=1.0, **SMALL).eval()
+    o = obs(3)
+    q = net(o)
+    assert q.shape == (3, 4) and q.dtype == torch.float32
+    torch.testing.assert_close(q, net.expected_q(net.logits(net.scale(o))))
+    torch.testing.assert_close(net.channels_last()(o), q)

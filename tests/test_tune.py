@@ -118,7 +118,7 @@ def test_an_option_given_twice_is_refused():
     (["--space", "n_step=1:3", "--", "--preset", "catch"], "--objective eval needs periodic evaluations"),
     # A dimension the fixed options' learner would not use, either way round:
     (["--space", "n_step=1:3", "--", "--preset", "catch-pqn", "--eval-every", "500"],
-     "--n-step only applies with --algo dqn"),
+     "--n-step only applies with --algo dqn or --algo rainbow"),
     (["--space", "q_lambda=0.3:0.9"], "--q-lambda only applies with --algo pqn"),
     # Each value inside a small integer range, not only its ends: 3, 5, 6 and 7 do not divide 128.
     (["--space", "minibatches=1:8", "--", "--preset", "catch-pqn", "--eval-every", "500"],

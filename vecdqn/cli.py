@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from vecdqn.config import Config, check_options_used, option_flag
-from vecdqn.learners import LEARNERS, learners_using
+from vecdqn.learners import LEARNERS, learner_spec, learners_using
 from vecdqn.presets import PRESET_SOURCES, PRESETS, check_preset
 from vecdqn.schedules import SCHEDULE_SHORTHANDS, replaced_options
 
@@ -308,7 +308,9 @@ def preset_algo(preset: str) -> str:
 def parse_config(argv: list[str] | None = None, *, validate: bool = True) -> tuple[Config, set[str]]:
     """Parse ``scripts/train.py``'s command line: ``(config, the names of the options given)``.
 
-    A ``--preset`` replaces the defaults it names before the other options are applied. With
+    A new run starts from `Config`'s defaults, replaced by its learner's own
+    (`vecdqn.learners.LearnerSpec.defaults`), then by the values of a ``--preset``, then by the
+    options given. With
     ``--resume`` the config is not validated here: the saved configuration, updated with the
     options given, is checked when the run is loaded. ``validate=False`` leaves `Config.validate`
     to the caller (train.py's run checks it once, in `vecdqn.preflight.preflight`).
@@ -343,6 +345,11 @@ def parse_config(argv: list[str] | None = None, *, validate: bool = True) -> tup
             fitting = sorted(name for name in PRESETS if preset_algo(name) == values["algo"])
             raise UsageError(f"--algo {values['algo']} does not fit --preset {preset}, a preset for --algo {own} "
                              f"(its options for {own} would not be used); use one of {fitting}, or no preset")
+    if not values["resume"]:  # the learner's own defaults, under the preset's values and the options given
+        algo = preset_algo(preset) if preset and "algo" not in given else values["algo"]
+        if algo in LEARNERS:
+            values.update({k: v for k, v in learner_spec(algo).defaults.items() if k not in given})
+    if preset:
         values.update(preset_values(preset, given))
     config = Config(**values)
     if not config.resume:

@@ -211,6 +211,16 @@ class Config:
                                      "k+1 with a copy of the network synced at each rollout (a one-rollout policy "
                                      "lag; still a function of the seed)")
 
+    # --- distributional value and noisy nets (Bellemare, Dabney, Munos 2017; Fortunato et al. 2018) --
+    atoms: int = _f(51, "atoms of the categorical return distribution (C51; 1: no distribution, one Q-value per "
+                        "action)", "fixed_on_resume")
+    v_min: float = _f(-10.0, "return of the lowest atom, in clipped-reward units", "fixed_on_resume")
+    v_max: float = _f(10.0, "return of the highest atom, in clipped-reward units", "fixed_on_resume")
+    noisy: bool = _f(True, "noisy linear layers with factorised Gaussian noise explore in place of epsilon-greedy "
+                           "(epsilon 0); --no-noisy: plain layers and the epsilon schedule", "fixed_on_resume")
+    noisy_sigma: float = _f(0.5, "sigma_0 of the noisy layers: each noise scale starts at sigma_0 / sqrt(inputs)",
+                            "fixed_on_resume")
+
     # --- exploration ------------------------------------------------------------------------
     epsilon_start: float = _f(1.0, "epsilon-greedy epsilon at step 0", "not_with_actors")
     epsilon_end: float = _f(0.01, "epsilon after the decay", "not_with_actors")

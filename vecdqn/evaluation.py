@@ -201,7 +201,8 @@ def evaluate(
 
     Args:
         q_network: ``(1, S, 84, 84) uint8 -> (1, A) float32``, already on ``device`` (e.g. the
-            trainer's online network, or ``vecdqn.checkpoint.load_policy(...).network``).
+            trainer's online network, or ``vecdqn.checkpoint.load_policy(...).network``); a
+            ``torch.nn.Module`` plays in eval mode and is returned to the mode it was in.
         config: the training run's config (env id and preprocessing).
         episodes: whole games to play, ``>= 1``.
         epsilon: probability of a random action per agent step, in [0, 1].
@@ -237,12 +238,19 @@ def evaluate(
     recorder = BestEpisodeRecorder(record, record_max_frames, video, video_fps or 60.0) if record or video else None
     env, tap = _tapped_env(config, recorder, noop_max=noop_max, max_episode_frames=max_episode_frames)
     real_time = family.playback_fps(env)  # the env's own frame rate
+    # A module plays in eval mode (e.g. noisy layers at their mean weights), and is handed back in
+    # the mode it came in.
+    training = isinstance(q_network, torch.nn.Module) and q_network.training
     try:
         if recorder is not None and video_fps is None:
             recorder.fps = real_time
+        if training:
+            q_network.eval()
         actor = _make_actor(env, q_network, config, torch.device(device), epsilon, seed, fire_on_life_loss)
         returns, lengths, truncated = _play_games(env, tap, actor, recorder, episodes, seed, max_episode_frames)
     finally:
+        if training:
+            q_network.train()
         env.close()
         if recorder is not None:
             recorder.cleanup()

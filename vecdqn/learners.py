@@ -29,9 +29,11 @@ Hessel et al. 2018) in `vecdqn.dqn`; PQN (Gallici et al. 2025) in `vecdqn.pqn`.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
+
+from vecdqn.presets import PRESET_SOURCES, PRESETS
 
 if TYPE_CHECKING:
     import numpy as np
@@ -154,6 +156,14 @@ class LearnerSpec:
         checkpoint_bytes: the bytes of its `Learner.state_dict` given the network's parameter count.
         first_update: ``(agent step, what sets it)`` of a new run's first update at the earliest
             (a new run shorter than that is refused); None: ``learns_from``.
+        defaults: `vecdqn.config.Config` values of a new run of this learner where they differ
+            from `Config`'s own defaults; a preset's values and the options given win over them.
+        agent: ``"module:Class"`` of the agent a replay learner (``vecdqn.dqn:DQNLearner``) hosts in
+            place of DQN's, built by its ``from_config(config, device, obs_shape, n_actions,
+            learning_rate)`` with DQN's agent's interface; None: the learner's own.
+        presets: the learner's own presets, ``{name: (source, base, values)}``: the preset ``base``
+            of `vecdqn.presets` with ``values`` over it and ``algo`` set to this learner, which
+            `vecdqn.presets` lists with the others.
     """
 
     name: str
@@ -168,10 +178,17 @@ class LearnerSpec:
     storage: Callable[[Any], tuple[int, str]]
     checkpoint_bytes: Callable[[Any, int], int]
     first_update: Callable[[Any], tuple[int, str]] | None = None
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    agent: str | None = None
+    presets: Mapping[str, tuple[str, str, Mapping[str, Any]]] = field(default_factory=dict)
 
     def load(self) -> type:
         """Its `Learner` class."""
         return _resolve(self.learner)
+
+    def load_agent(self) -> type:
+        """Its `agent` class (see the attribute)."""
+        return _resolve(self.agent)
 
     def build_network(self, config: Any, n_actions: int, obs_shape: tuple[int, ...] | None = None) -> torch.nn.Module:
         """The network it acts with (`network`) for ``A = n_actions`` and observations ``obs_shape``
@@ -267,18 +284,47 @@ def _pqn_storage(c: Any) -> tuple[int, str]:
     return rollouts * rollout_bytes(c), said
 
 
+# -- Rainbow -----------------------------------------------------------------------------------------
+# Most atoms accepted (Bellemare, Dabney, Munos 2017 and Rainbow use 51).
+MAX_ATOMS = 1001
+
+
+def _check_rainbow(c: Any) -> None:
+    """DQN's checks (its replay and update), the return distribution's support, the noise scale;
+    the QNetwork's LayerNorm and orthogonal initial weights are not offered."""
+    _check_dqn(c)
+    if not 1 <= c.atoms <= MAX_ATOMS:
+        raise ValueError(f"--atoms {c.atoms} must be 1 (no distribution) to {MAX_ATOMS} (Rainbow uses 51)")
+    if c.atoms > 1 and not c.v_min < c.v_max:
+        raise ValueError(f"--v-min {c.v_min:g} must be below --v-max {c.v_max:g} (Rainbow: -10 and 10)")
+    if not c.noisy_sigma >= 0:
+        raise ValueError(f"--noisy-sigma {c.noisy_sigma:g} must be >= 0 (Rainbow uses 0.5)")
+    if c.layer_norm:
+        raise ValueError("--layer-norm is not offered with --algo rainbow (its network has no LayerNorm); drop it")
+    if c.init != "torch":
+        raise ValueError(f"--init {c.init} is not offered with --algo rainbow (its layers start from PyTorch's and "
+                         "the noisy layers' own initialisation); drop it")
+
+
 LEARNERS: dict[str, LearnerSpec] = {}
 
 
 def register(spec: LearnerSpec) -> LearnerSpec:
-    """Add ``spec`` to `LEARNERS` (``--algo spec.name``); returns it.
+    """Add ``spec`` to `LEARNERS` (``--algo spec.name``) and its presets to `vecdqn.presets.PRESETS`;
+    returns it.
 
     Raises:
-        ValueError: a learner of that name exists already.
+        ValueError: a learner of that name, or a preset of one of its presets' names, exists already.
     """
     if spec.name in LEARNERS:
         raise ValueError(f"a learner named {spec.name!r} is registered already")
+    taken = sorted(set(spec.presets) & set(PRESETS))
+    if taken:
+        raise ValueError(f"presets {taken} exist already; name the learner's presets otherwise")
     LEARNERS[spec.name] = spec
+    for name, (source, base, values) in spec.presets.items():
+        PRESETS[name] = {**{k: v for k, v in PRESETS[base].items() if k != "algo"}, **values, "algo": spec.name}
+        PRESET_SOURCES[name] = source
     return spec
 
 
@@ -304,6 +350,36 @@ register(LearnerSpec(
     checkpoint_bytes=lambda c, parameters: 4 * 4 * parameters + rollout_bytes(c),
     first_update=lambda c: (c.rollout_steps * c.num_envs, f"one rollout of --rollout-steps {c.rollout_steps} x "
                                                           f"--num-envs {c.num_envs}"),
+))
+
+
+_DQN = LEARNERS["dqn"].options
+register(LearnerSpec(
+    name="rainbow", summary="Rainbow: DQN's double, dueling, prioritized n-step parts with C51's return "
+                            "distribution and noisy nets; Hessel et al. 2018",
+    learner="vecdqn.dqn:DQNLearner", agent="vecdqn.rainbow:RainbowAgent",
+    network="vecdqn.rainbow:RainbowNetwork.from_config",
+    # DQN's replay and update options, less the Ape-X actors, torch.compile and the overlapped forward
+    options=(_DQN - {"actors", "compile", "overlap_forward"}) | {"atoms", "v_min", "v_max", "noisy", "noisy_sigma"},
+    check=_check_rainbow, learns_from=lambda c: c.learning_starts, keeps_replay=True, layer_norm=False,
+    storage=_dqn_storage,
+    # online and target networks and Adam's two moments (the noise buffers are a rounding error)
+    checkpoint_bytes=lambda c, parameters: 4 * 4 * parameters,
+    # Hessel et al. 2018, Table 1: "Min history to start learning" 80K frames = 20,000 agent steps
+    # (its other values are Config's defaults: vecdqn.rainbow.defaults has each with its source)
+    defaults={"learning_starts": 20_000},
+    presets={
+        # The learning test's Catch run: the catch preset (DQN's) with Rainbow's parts; its support
+        # covers Catch's returns of -1 and +1.
+        "catch-rainbow": ("the catch preset's DQN values with Rainbow's parts: 51 atoms on [-2, 2], noisy layers",
+                          "catch", dict(atoms=51, v_min=-2.0, v_max=2.0)),
+        # Pong on 2 CPU cores in the pong preset's shape (4 envs, one batch-32 update per agent step,
+        # a 50,000 replay, 3-step targets, gamma 0.98, target sync every 1,000, learning from 10,000),
+        # with Rainbow's learning rate and Adam epsilon (Table 1) and its noisy-net exploration.
+        "pong-rainbow": ("PongNoFrameskip-v4 on 2 CPU cores: the pong preset's shape (4 envs, a 50,000 replay, one "
+                         "batch-32 update per agent step, 3-step targets) with Rainbow's parts and Table 1's "
+                         "Adam settings", "pong", dict(learning_rate=6.25e-5, adam_eps=1.5e-4)),
+    },
 ))
 
 

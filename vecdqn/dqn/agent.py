@@ -27,12 +27,11 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from vecdqn.acting import epsilon_greedy
 from vecdqn.learners import POLICY_KEY
 from vecdqn.model import QNetwork
-from vecdqn.staging import DeviceBatch, PendingUpdate, check_amp, on_device, to_device
+from vecdqn.staging import DeviceBatch, PendingUpdate, adam, check_amp, gradient_step, on_device, to_device
 
 __all__ = ["DQNAgent", "double_dqn_target", "td_loss"]
 
@@ -89,17 +88,6 @@ def td_loss(
     td_errors = targets - q_taken
     per_sample = F.huber_loss(q_taken, targets, reduction="none", delta=1.0)
     return (weights * per_sample).mean(), td_errors.detach()
-
-
-def _adam(params, **kwargs: Any) -> torch.optim.Adam:
-    """Adam with its fused kernel where this torch has one for the device (PyTorch >= 2.4 on the
-    CPU): one pass over the parameters instead of ~10 elementwise ops per tensor. Same
-    arithmetic, so results agree to rounding."""
-    params = list(params)
-    try:
-        return torch.optim.Adam(params, fused=True, **kwargs)
-    except (RuntimeError, TypeError, ValueError):  # no fused kernel for this device or version
-        return torch.optim.Adam(params, foreach=True, **kwargs)
 
 
 class DQNAgent:
@@ -165,7 +153,7 @@ class DQNAgent:
         self.target = build().to(device).channels_last()
         self.target.load_state_dict(self.online.state_dict())
         self.target.requires_grad_(False)
-        self.optimizer = _adam(self.online.parameters(), lr=learning_rate, eps=adam_eps)
+        self.optimizer = adam(self.online.parameters(), lr=learning_rate, eps=adam_eps)
         self.amp_dtype = check_amp(device, amp)
         self.fuse_forward = device.type == "cuda" if fuse_forward is None else bool(fuse_forward)
         self.cuda_graphs = compile and device.type == "cuda"
@@ -277,15 +265,7 @@ class DQNAgent:
             batch = self._into_static(batch)
             torch.compiler.cudagraph_mark_step_begin()  # the graphs' earlier outputs may be reused
         loss, td_errors, q_mean = self._loss_terms(*batch)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.max_grad_norm > 0:
-            grad_norm = nn.utils.clip_grad_norm_(self.online.parameters(), self.max_grad_norm)
-        else:
-            grad_norm = torch.zeros((), device=self.device)
-        self.optimizer.step()
-        # One transfer for everything the host needs: TD errors, loss, mean Q, gradient norm.
-        return PendingUpdate(torch.cat([td_errors, torch.stack([loss.detach(), q_mean, grad_norm.detach().float()])]))
+        return gradient_step(self.optimizer, self.online.parameters(), self.max_grad_norm, loss, td_errors, q_mean)
 
     def update(self, batch: DeviceBatch) -> tuple[dict[str, float], np.ndarray]:
         """One gradient step on a replay batch, waiting for its results.

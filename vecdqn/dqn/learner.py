@@ -1,5 +1,7 @@
 """The DQN learner: prioritized replay, the double-DQN agent and its target network, and the
-pipeline between them, behind the interface every learner offers the training core.
+pipeline between them, behind the interface every learner offers the training core. A learner
+whose record names another agent (`vecdqn.learners.LearnerSpec.agent`) learns from the same
+replay and pipeline with that agent.
 
 Shape legend: ``N`` transitions per store (one per env), ``S`` stacked frames, ``H×W`` a frame,
 ``A`` actions.
@@ -27,6 +29,7 @@ from vecdqn.config import Config
 from vecdqn.dqn.agent import DQNAgent
 from vecdqn.dqn.device_replay import DeviceFrames
 from vecdqn.dqn.pipeline import LearnerPipeline
+from vecdqn.learners import learner_spec
 from vecdqn.model import QNetwork
 from vecdqn.replay import PrioritizedReplayBuffer
 from vecdqn.schedules import Schedules
@@ -56,15 +59,24 @@ class DQNLearner:
             c.buffer_size, obs_shape, alpha=c.per_alpha if c.per else 0.0, eps=c.per_eps, seed=c.seed,
             n_step=c.n_step, gamma=c.gamma,
         )
-        self.agent = DQNAgent(
+        self.agent = self.build_agent(device, obs_shape, n_actions)
+        self.pipeline: LearnerPipeline | None = None
+        self._saved_pipeline: dict[str, Any] | None = None  # a checkpoint's prefetch state, for `start`
+        self._replay_restored = False
+
+    def build_agent(self, device: torch.device, obs_shape: tuple[int, ...], n_actions: int) -> Any:
+        """The run's agent: the one its learner's record names (`vecdqn.learners.LearnerSpec.agent`,
+        built by its ``from_config``), else DQN's."""
+        c = self.config
+        spec = learner_spec(c.algo)
+        if spec.agent is not None:
+            return spec.load_agent().from_config(c, device, obs_shape, n_actions, self.schedules.learning_rate(0))
+        return DQNAgent(
             n_actions, obs_shape, device, learning_rate=self.schedules.learning_rate(0),
             adam_eps=c.adam_eps, max_grad_norm=c.max_grad_norm, double=c.double, seed=c.seed + 1,
             compile=c.compile, amp=c.amp,
             overlap_forward=c.overlap_forward, build=lambda: QNetwork.from_config(c, n_actions, obs_shape),
         )
-        self.pipeline: LearnerPipeline | None = None
-        self._saved_pipeline: dict[str, Any] | None = None  # a checkpoint's prefetch state, for `start`
-        self._replay_restored = False
 
     @property
     def network(self) -> torch.nn.Module:
@@ -118,12 +130,13 @@ class DQNLearner:
 
     # -- acting -------------------------------------------------------------------------------------
     def epsilon(self, step: int) -> float:
-        """The exploration rate at agent step ``step`` (its schedule)."""
-        return self.schedules.epsilon(step)
+        """The exploration rate at agent step ``step``: its schedule's, or 0 for an agent whose
+        network explores by itself (``explores``: noisy layers)."""
+        return 0.0 if getattr(self.agent, "explores", False) else self.schedules.epsilon(step)
 
     def act(self, obs: np.ndarray, step: int) -> np.ndarray:
         """``(N, S, H, W) uint8 -> (N,) int64`` ε-greedy actions at agent step ``step``."""
-        return self.agent.act(obs, self.schedules.epsilon(step))
+        return self.agent.act(obs, self.epsilon(step))
 
     # -- learning -----------------------------------------------------------------------------------
     def store(self, *transitions: Any, envs: Any = None) -> np.ndarray:

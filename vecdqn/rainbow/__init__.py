@@ -11,14 +11,19 @@ double Q-learning, prioritized replay, dueling networks, multi-step returns, dis
   distributions and noisy layers (``atoms=1``: a Q-network);
 - `sample_losses`, `rainbow_loss` (`vecdqn.rainbow.loss`): the per-sample cross-entropy (the new
   PER priority) and its importance-weighted mean; double DQN's Huber loss when ``atoms=1``;
-- `RAINBOW_DEFAULTS` (`vecdqn.rainbow.defaults`): Table 1's hyperparameters in agent steps.
+- `RAINBOW_DEFAULTS` (`vecdqn.rainbow.defaults`): Table 1's hyperparameters in agent steps;
+- `RainbowAgent` (`vecdqn.rainbow.agent`): the networks, Adam and one update of ``--algo
+  rainbow``, which DQN's replay learner hosts in place of its own agent (the record in
+  `vecdqn.learners` names it).
 """
 
+from vecdqn.rainbow.agent import RainbowAgent
 from vecdqn.rainbow.defaults import FRAMES_PER_AGENT_STEP, RAINBOW_DEFAULTS
 from vecdqn.rainbow.loss import rainbow_loss, sample_losses
 from vecdqn.rainbow.network import RainbowNetwork
 from vecdqn.rainbow.noisy import NoisyLinear, scaled_noise
 from vecdqn.rainbow.projection import categorical_projection, categorical_support
 
-__all__ = ["FRAMES_PER_AGENT_STEP", "RAINBOW_DEFAULTS", "NoisyLinear", "RainbowNetwork", "categorical_projection",
+__all__ = ["FRAMES_PER_AGENT_STEP", "RAINBOW_DEFAULTS", "NoisyLinear", "RainbowAgent",
+           "RainbowNetwork", "categorical_projection",
            "categorical_support", "rainbow_loss", "sample_losses", "scaled_noise"]

@@ -155,10 +155,10 @@ def rainbow_loss(online: RainbowNetwork, target: RainbowNetwork, batch: DeviceBa
     if batch.weights.shape != (b,):
         raise ValueError(f"rainbow_loss: weights has shape {tuple(batch.weights.shape)}; it must be ({b},), "
                          f"one per transition")
-    logits = online(batch.obs)
+    logits = online.logits(online.scale(batch.obs))
     with torch.no_grad():
-        next_logits_target = target(batch.next_obs)
-        next_q_online = online.expected_q(online(batch.next_obs)) if double else None
+        next_logits_target = target.logits(target.scale(batch.next_obs))
+        next_q_online = online.expected_q(online.logits(online.scale(batch.next_obs))) if double else None
     losses, priorities = sample_losses(logits, batch.actions, batch.rewards, batch.discounts, next_q_online,
                                        next_logits_target, online.support, double)
     return (batch.weights * losses).mean(), priorities

@@ -6,6 +6,9 @@ atoms of the return distribution (``K == 1``: no distribution, one Q-value per a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -39,9 +42,11 @@ class RainbowNetwork(nn.Module):
       Q-value and ``support`` is None: a (noisy, dueling) Q-network.
 
     ``forward(obs)``: ``obs (B, S, H, H) uint8`` (raw pixels, scaled to ``[0, 1]`` here, on the
-    module's device) -> ``(B, A, K) float32`` **logits** (unnormalised log-probabilities over the
-    last axis; ``F.log_softmax(logits, -1)`` gives ``log p``); for ``K == 1`` the Q-values
-    ``(B, A, 1)``.
+    module's device) -> ``(B, A) float32`` Q-values (`q_values`), the contract of every network a
+    learner acts with (`vecdqn.learners.LearnerSpec.network`): evaluation and video take the
+    argmax. Learning reads the distributions: ``logits(scale(obs)) -> (B, A, K) float32``
+    (unnormalised log-probabilities over the last axis; ``F.log_softmax(logits, -1)`` gives
+    ``log p``; for ``K == 1`` the Q-values ``(B, A, 1)``).
 
     Train mode uses the noise the layers hold (see `reset_noise`); eval mode the mean weights.
 
@@ -104,8 +109,29 @@ class RainbowNetwork(nn.Module):
         else:
             self.head = stream(n_actions * atoms)
 
+    @classmethod
+    def from_config(cls, config: Any, n_actions: int, obs_shape: Sequence[int] | None = None) -> RainbowNetwork:
+        """The run's network (`vecdqn.config.Config`'s ``atoms``, ``v_min``, ``v_max``, ``noisy``,
+        ``noisy_sigma``, ``dueling``, ``hidden_size``, ``frame_stack``, ``screen_size``) for
+        ``A = n_actions`` and observations ``obs_shape`` ``(S, H, H)`` (None: the config's), its
+        first noise drawn from torch's global generator."""
+        channels, side = (config.frame_stack, config.screen_size) if obs_shape is None else obs_shape[:2]
+        return cls(n_actions, int(channels), int(side), atoms=config.atoms, v_min=config.v_min,
+                   v_max=config.v_max, dueling=config.dueling, noisy=config.noisy, sigma_0=config.noisy_sigma,
+                   hidden_size=config.hidden_size)
+
+    def channels_last(self) -> RainbowNetwork:
+        """Store the convolution weights, and feed the convolutions, in NHWC order (oneDNN's CPU
+        convolutions run faster on it; the same arithmetic); returns self."""
+        self.to(memory_format=torch.channels_last)
+        self._channels_last = True
+        return self
+
     def scale(self, obs: torch.Tensor) -> torch.Tensor:
-        """``(B, S, H, H) uint8`` pixels -> ``(B, S, H, H) float32`` in ``[0, 1]``."""
+        """``(B, S, H, H) uint8`` pixels -> ``(B, S, H, H) float32`` in ``[0, 1]`` (in NHWC memory
+        order after `channels_last`)."""
+        if getattr(self, "_channels_last", False):
+            obs = obs.contiguous(memory_format=torch.channels_last)
         return obs.float().div_(255.0)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -120,7 +146,7 @@ class RainbowNetwork(nn.Module):
         return value + advantage - advantage.mean(dim=1, keepdim=True)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.logits(self.scale(obs))
+        return self.q_values(obs)
 
     def expected_q(self, logits: torch.Tensor) -> torch.Tensor:
         """Q-values of logits: ``(B, A, K) -> (B, A) float32``.
@@ -134,9 +160,9 @@ class RainbowNetwork(nn.Module):
         return (F.softmax(logits.float(), dim=-1) * self.support).sum(dim=-1)
 
     def q_values(self, obs: torch.Tensor) -> torch.Tensor:
-        """``obs (B, S, H, H) uint8 -> (B, A) float32``: `expected_q` of `forward`; what the
+        """``obs (B, S, H, H) uint8 -> (B, A) float32``: `expected_q` of the logits; what the
         greedy policy maximises (with the noise the layers hold, in train mode)."""
-        return self.expected_q(self(obs))
+        return self.expected_q(self.logits(self.scale(obs)))
 
     def reset_noise(self, generator: torch.Generator | None = None) -> None:
         """Draw new noise for every `NoisyLinear` of the head, in module order (value stream, then
