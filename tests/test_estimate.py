@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from test_docs import anchors
+from test_docs import anchors, github_slug
 
 from vecdqn.benchmarks.estimate import PUBLISHED, expected_minutes
 from vecdqn.presets import PRESETS
@@ -25,20 +25,36 @@ def load_cli():
     return script
 
 
+def section(page: Path, heading: str) -> str:
+    """The text of ``page`` under the heading whose anchor is ``heading``, to the next heading of
+    the same or a higher level."""
+    lines, found, level = page.read_text().splitlines(), [], None
+    seen: dict[str, int] = {}
+    for line in lines:
+        match = re.match(r"(#{1,6})\s+(.*)", line)
+        if match:
+            slug = github_slug(match.group(2))
+            anchor = slug if slug not in seen else f"{slug}-{seen[slug]}"
+            seen[slug] = seen.get(slug, 0) + 1
+            if level is not None and len(match.group(1)) <= level:
+                break
+            if anchor == heading:
+                level = len(match.group(1))
+        if level is not None:
+            found.append(line)
+    return "\n".join(found)
+
+
 @pytest.mark.parametrize("preset", sorted(PUBLISHED))
-def test_published_agent_steps_are_the_readme_results_table(preset):
-    """Each entry is the "agent steps" of its preset's row in README.md's results table (one of
-    its seeds' where the cell gives one per seed, ``a / b``), and its source is a heading that
-    exists."""
+def test_published_agent_steps_are_in_their_results_section(preset):
+    """Each entry's agent step and commit are written in the section of the results page it
+    names, a heading that exists."""
     published = PUBLISHED[preset]
     assert preset in PRESETS
-    rows = [line for line in (ROOT / "README.md").read_text().splitlines()
-            if line.startswith("|") and re.search(rf"`{re.escape(preset)}`(?![\w-])", line)]
-    assert len(rows) == 1, rows
-    cells = [cell.strip() for cell in rows[0].split("|")]
-    assert any(f"{published.agent_steps:,}" in cell.split(" / ") for cell in cells), rows[0]
     page, _, heading = published.source.partition("#")
     assert (ROOT / page).exists() and heading in anchors(ROOT / page)
+    text = section(ROOT / page, heading)
+    assert f"{published.agent_steps:,}" in text and f"`{published.commit}`" in text, (preset, heading)
 
 
 def test_expected_minutes():
@@ -53,7 +69,8 @@ def test_quick_estimate_measures_a_rate(capsys, tmp_path):
     out = capsys.readouterr().out
     assert len(rows) == 1 and rows[0]["bench"] == "estimate" and rows[0]["impl"] == "catch"
     assert rows[0]["value"] > 0 and math.isfinite(rows[0]["value"])
-    assert "min to a training mean of 0.94 (seed 1) at 20,000 agent steps (docs/results.md#catch)" in rows[0]["note"]
+    assert ("min to a training mean of 0.94 (seed 1) at 20,000 agent steps, as commit 48e5502's run reached it "
+            "(docs/results.md#catch)") in rows[0]["note"]
     assert "--preset catch: " in out and (tmp_path / "rows.json").exists()
 
 

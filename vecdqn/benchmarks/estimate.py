@@ -28,26 +28,31 @@ __all__ = ["PUBLISHED", "QUICK", "Published", "add_arguments", "check_arguments"
 
 class Published(NamedTuple):
     """A preset's published result: the agent step at which its run first reached it, what it
-    was, and the results table it comes from (a path and heading in this repository)."""
+    was, the results table it comes from (a path and heading in this repository, whose section
+    gives that agent step), and the commit the run was made at."""
 
     agent_steps: int
     result: str
     source: str
+    commit: str
 
 
-# The one place the estimate reads published results from: each the "agent steps" of the README's
-# results table, as measured in docs/results.md (a rerun that changes a table changes it here);
-# of two seeds, the later one. A preset missing here has no measured result yet (the defaults,
-# labml).
+# The one place the estimate reads published results from: each the agent step at which a run of
+# docs/results.md first reached its result (of two seeds, the later one), at that run's commit; a
+# rerun that changes a table changes it here. A preset missing here has no measured result yet
+# (the defaults, labml).
 PUBLISHED: dict[str, Published] = {
-    "catch": Published(20_000, "a training mean of 0.94 (seed 1)", "docs/results.md#catch"),
-    "pong": Published(325_000, "+20.6 greedy (seed 1)", "docs/results.md#pong"),
-    "catch-pqn": Published(12_000, "1.00 greedy (seeds 1 and 2)", "docs/results.md#catch-1"),
-    "pong-pqn": Published(3_250_048, "greedy >= +18 (seed 1: +19.7; seed 2 at 2,000,000)", "docs/results.md#pong-1"),
-    # Per game: the whole run, one seed of each of the seven games of docs/results.md.
-    "atari-pqn": Published(10_000_000, "the end of the run", "docs/results.md#the-seven-games-of-the-first-dqn-paper"),
+    "catch": Published(20_000, "a training mean of 0.94 (seed 1)", "docs/results.md#catch", "48e5502"),
+    # The current code's seed 1 reached a best of +14.4 in 420,308 agent steps (docs/results.md#pong).
+    "pong": Published(325_000, "+20.6 greedy (seed 1)", "docs/results.md#pong", "4408064"),
+    "catch-pqn": Published(12_000, "1.00 greedy (seeds 1 and 2)", "docs/results.md#catch-1", "c08203c"),
+    "pong-pqn": Published(3_250_048, "greedy >= +18 (seed 1: +19.7; seed 2 at 2,000,000)", "docs/results.md#pong-1",
+                          "4dab916"),
+    # Per game: the whole run, one seed of each of the seven games.
+    "atari-pqn": Published(10_000_000, "the end of the run", "docs/results.md#the-seven-games-of-the-first-dqn-paper",
+                           "94a8523"),
     "breakout-pqn": Published(10_000_000, "greedy >= 300 (seed 1 at 8,000,000: +319.1; seed 2: +343.3)",
-                              "docs/results.md#pqn-breakout-pqn"),
+                              "docs/results.md#pqn-breakout-pqn", "0e354ef"),
 }
 
 # --quick: a short measurement of the smallest preset, for a smoke run (the numbers mean little)
@@ -165,8 +170,8 @@ def run(args: argparse.Namespace) -> list[Row]:
     if published is None:
         note = "no published result yet"
     else:
-        note = (f"{said_minutes(minutes)} to {published.result} at {published.agent_steps:,} agent steps "
-                f"({published.source})")
+        note = (f"{said_minutes(minutes)} to {published.result} at {published.agent_steps:,} agent steps, as "
+                f"commit {published.commit}'s run reached it ({published.source})")
     print(f"--preset {args.preset}{game}: {sps:,.1f} agent steps/s here; {note}\n", flush=True)
     return [{"bench": "estimate", "impl": args.preset, "num_envs": envs, "value": sps, "unit": "steps/s",
              "note": note + (f"; {options.strip()}" if options else "")}]
