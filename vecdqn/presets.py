@@ -112,7 +112,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         epsilon_end=0.02,
         epsilon_decay_steps=100_000,
         per_beta_steps=500_000,
-        # One learner thread: the four env workers need part of the second core (the measured
+        # One learner thread: the env workers need part of the second core (the measured
         # speeds are in docs/performance.md); the update is the same.
         torch_threads=1,
         log_every=5_000,
