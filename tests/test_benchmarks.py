@@ -193,3 +193,17 @@ def test_quick_update_section_over_batch_sizes(capsys, tmp_path):
                                                                 ("1 thread, fp32, batch 64", 64)]
     per_transition = float(rows[1]["note"].split("; ")[1].split()[0])
     assert per_transition == pytest.approx(rows[1]["value"] / 64, abs=1e-3)
+
+
+def test_env_section_needs_the_ale_vector_env(monkeypatch):
+    """ale-py before 0.11 has no AtariVectorEnv, the section's anchor: one line before any env."""
+    import argparse
+
+    import ale_py
+
+    from vecdqn.benchmarks import env
+
+    monkeypatch.delattr(ale_py, "AtariVectorEnv")
+    args = argparse.Namespace(env_nums=[8], env_steps=100, env_ks=None, env_screen_size=84, env_id=None)
+    with pytest.raises(ValueError, match=r"--env needs ale-py >= 0.11, whose AtariVectorEnv is the section's anchor"):
+        env.check_arguments(args)

@@ -60,8 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_arguments(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` (one line, naming the flag) for sizes below 1, a screen side
-    `vecdqn.envs.EnvOptions` refuses, or an ``--env-id`` that is not one of the ALE's games (ALE's
-    vector env, the anchor, plays ALE games only)."""
+    `vecdqn.envs.EnvOptions` refuses, an ale-py without its vector env (before 0.11), or an
+    ``--env-id`` that is not one of the ALE's games (ALE's vector env, the anchor, plays ALE games
+    only)."""
     import warnings
 
     import ale_py.roms
@@ -74,6 +75,9 @@ def check_arguments(args: argparse.Namespace) -> None:
         if min(values, default=1) < 1:
             raise ValueError(f"{flag} {' '.join(map(str, values))}: each must be >= 1")
     EnvOptions(screen_size=args.env_screen_size).validate(lambda option: "--env-" + option.replace("_", "-"))
+    if not hasattr(ale_py, "AtariVectorEnv"):
+        raise ValueError(f"--env needs ale-py >= 0.11, whose AtariVectorEnv is the section's anchor; this ale-py is "
+                         f"{getattr(ale_py, '__version__', 'older')}: pip install 'ale-py>=0.11'")
     env_id = game(args)
     check_env_id(env_id)
     with warnings.catch_warnings():  # ale-py warns "Rom ... not supported" before returning None
