@@ -178,9 +178,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
     "atari-pqn": _ATARI_PQN,
     # Named instances of atari-pqn: its values with the game's env id. Pong alone overrides two:
-    # 44 px, where Pong learns as at 64 px (greedy >= +18 by 2.0M-3.25M agent steps, two seeds)
-    # and runs ~1.6x the agent steps/s of 64 px (docs/presets.md); and a checkpoint every 250,000
-    # agent steps, since it learns within the first 4M.
+    # 44 px, where both seeds reached greedy >= +18 by 2.0M-3.25M agent steps (Pong has not been run
+    # at 64 px) and which runs 1.68x the agent steps/s of 64 px (benchmark.py --estimate --preset
+    # pong-pqn, 60 s each, with and without --estimate-options '--screen-size 64': 2,762 and 1,646
+    # on the Xeon VM at commit 183caca); and a checkpoint every 250,000 agent steps, since it
+    # learns within the first 4M (docs/presets.md).
     "pong-pqn": dict(_ATARI_PQN, env_id="PongNoFrameskip-v4", screen_size=44, checkpoint_every=250_000),
     "breakout-pqn": dict(_ATARI_PQN, env_id="BreakoutNoFrameskip-v4"),
 }
@@ -198,8 +200,8 @@ PRESET_SOURCES = {
     "atari-pqn": "PQN (Gallici et al. 2025) for any ALE game (--env-id; default Breakout) in its authors' shape "
                  "(purejaxql pqn_atari: 128 envs x 32 steps, 2 epochs of 32 minibatches, lambda 0.65, RAdam 2.5e-4, "
                  "LayerNorm, orthogonal initial weights as CleanRL's PQN) at 64 px for 10M agent steps",
-    "pong-pqn": "atari-pqn on PongNoFrameskip-v4 at 44 px (as fast to learn as 64 px, ~1.6x the speed) with a "
-                "checkpoint every 250,000 agent steps",
+    "pong-pqn": "atari-pqn on PongNoFrameskip-v4 at 44 px (1.68x the agent steps/s of 64 px) with a checkpoint "
+                "every 250,000 agent steps",
     "breakout-pqn": "atari-pqn on BreakoutNoFrameskip-v4",
 }
 
