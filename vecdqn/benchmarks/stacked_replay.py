@@ -12,7 +12,7 @@ import numpy as np
 
 from vecdqn.replay.checks import check_batch
 from vecdqn.replay.nstep import discount_table
-from vecdqn.replay.prioritized import ReplayBase
+from vecdqn.replay.proportional import ReplayBase
 from vecdqn.replay.sample import ReplaySample
 
 __all__ = ["StackedReplayBuffer"]
@@ -88,7 +88,22 @@ class StackedReplayBuffer(ReplayBase):
         self.priority_index.set(order, np.full(n, self.new_priority))
         return slots
 
-    def _fetch(self, indices: np.ndarray, weights: np.ndarray) -> ReplaySample:
+    def sample(self, batch_size: int, beta: float = 0.4) -> ReplaySample:
+        """A prioritized batch of ``B = batch_size`` transitions, drawn by `draw`, as
+        `vecdqn.replay.PrioritizedReplayBuffer.sample`. Raises ValueError as `draw`."""
+        return self._gather(*self.draw(batch_size, beta))
+
+    def transitions(self, indices: Any) -> ReplaySample:
+        """The stored transitions at ``indices`` (``(B,) int``) without sampling; weights are 1.
+
+        Raises:
+            ReplayIndexError: an index outside ``[0, capacity)``.
+            ValueError: an index that holds no sampleable transition.
+        """
+        idx = self.sampleable(indices)
+        return self._gather(idx, np.ones(idx.size, dtype=np.float32))
+
+    def _gather(self, indices: np.ndarray, weights: np.ndarray) -> ReplaySample:
         terminated = self._terminated[indices]
         return ReplaySample(
             obs=self._obs[indices], actions=self._actions[indices], rewards=self._rewards[indices],

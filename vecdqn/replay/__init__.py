@@ -20,22 +20,33 @@ Sources:
   n-step return ``G = Σ_{k<n} γ^k r_{t+k} + γ^n V(s_{t+n})``.
 * Hessel et al. 2018, "Rainbow" (AAAI): n = 3 steps with prioritized replay on Atari.
 
-Modules, one concern each:
+Modules::
 
-* `sum_tree`: `SumTree` (16-ary, vectorized prefix sums) and `PriorityIndex` (the sum tree with
-  a min tree and the count: the buffers' priorities); `last_wins` for repeated indices.
-* `prioritized`: proportional sampling, importance weights and `update_priorities`, the base of
-  the buffer.
-* `frames`: `FrameRings`, frame-once per-env rings and the stacks read back from them.
-* `nstep`: `NStepAccumulator`, the per-env queues of pending n-step windows.
-* `buffer`: `PrioritizedReplayBuffer` (frame-efficient, n-step; what the trainer uses).
-* `sample`: `ReplaySample`, the batch it returns; `ReplaySlots`, the same batch as frame slots
-  (`PrioritizedReplayBuffer.sample_slots`). `checks`: argument checks, `ReplayIndexError`.
+    prioritized.py   PrioritizedReplayBuffer (what the trainer uses): add, sample, sample_slots,
+                     transitions, and _gather, the n-step gather
+    proportional.py  ReplayBase, its base: the priorities and update_priorities; draw, the
+                     stratified sum-tree draw with its importance-sampling weights
+    sum_tree.py      SumTree (16-ary, vectorized prefix sums; find is the draw's descent),
+                     PriorityIndex (the sum tree, a min tree and the count), last_wins
+    frames.py        FrameRings: frame-once per-env rings; the frame slots of stacked observations
+    nstep.py         NStepAccumulator: per-env queues of pending n-step windows; discount_table
+    sample.py        ReplaySample, the batch sample returns; ReplaySlots, the same as frame slots
+    checks.py        argument checks; ReplayIndexError
+
+``PrioritizedReplayBuffer.sample(B, beta)``, call by call (``sample_slots`` stops before the last)::
+
+    sample                         prioritized.py
+    ├─ ReplayBase.draw             proportional.py  B stratified prefix sums; importance weights
+    │  │                                            w_i = (N·P(i))^-β / max_j w_j = (p_i^α / min_j p_j^α)^-β
+    │  └─ SumTree.find             sum_tree.py      prefix sums -> (B,) slots
+    ├─ _gather                     prioritized.py   n-step returns, discounts γ^h·(1-terminated)
+    │  └─ FrameRings.stack_slots   frames.py        (2B, S) frame slots of obs and next_obs
+    └─ ReplaySlots.with_frames     sample.py        (B, S, H, W) uint8 obs and next_obs
 """
 
-from vecdqn.replay.buffer import PrioritizedReplayBuffer
 from vecdqn.replay.checks import ReplayIndexError
 from vecdqn.replay.nstep import NStepAccumulator
+from vecdqn.replay.prioritized import PrioritizedReplayBuffer
 from vecdqn.replay.sample import ReplaySample, ReplaySlots
 from vecdqn.replay.sum_tree import PriorityIndex, SumTree, last_wins
 

@@ -239,20 +239,13 @@ class FrameRings:
     def stack_slots(self, slots: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         """``(B,) int64 slots, (B,) int offsets -> (2B, S) int64``: the frame slots of the stacks
         whose newest frames are at ``slots`` (rows ``:B``, the obs) and ``offsets`` ring positions
-        later (rows ``B:``, the next_obs), oldest first. ``frames[stack_slots(...)]`` is `stacks`."""
+        later (rows ``B:``, the next_obs), oldest first. Indexing `frames` with them gives the
+        ``(2B, S, H, W) uint8`` stacks."""
         ring = self._ring
         base = slots - slots % ring
         local = slots - base
         next_local = (local + offsets) % ring
         return self._stack_slots(np.concatenate([base, base]), np.concatenate([local, next_local]))
-
-    def stacks(self, slots: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(B,) int64 slots, (B,) int offsets -> (obs, next_obs)``, each ``(B, S, H, W) uint8``:
-        the stacks whose newest frames are at ``slots`` and ``offsets`` ring positions later."""
-        # One gather for obs and next_obs, (2B, S, H, W); each half is C-contiguous. The copy of
-        # 2·B·S random frames is most of a sample's cost, and no layout makes it smaller.
-        frames = self._frames[self.stack_slots(slots, offsets)]
-        return frames[:slots.size], frames[slots.size:]
 
     def slots_since(self, written: np.ndarray) -> np.ndarray:
         """``(N,) int64`` counts of an earlier `written` ``-> (M,) int64``: every slot written

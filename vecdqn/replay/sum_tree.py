@@ -209,8 +209,7 @@ class SumTree:
     def __setitem__(self, indices: Any, priorities: Any) -> None:
         """Set ``tree[indices] = priorities`` (``(...,) int``, float64 broadcast to the same shape).
 
-        Vectorized over the batch; for a repeated index the last value wins, and every ancestor
-        is recomputed from its children.
+        A repeated index: the last value wins.
 
         Raises:
             ReplayIndexError: an index outside ``[0, capacity)``.
@@ -321,8 +320,8 @@ class PriorityIndex:
     none), each node above the minimum of its K children; an update recomputes the touched paths
     like the sum tree's, and `min_positive` is the minimum of the top (at most 4096 nodes).
 
-    The buffers use it through ``get``, ``set``, ``find``, ``total``, ``min_positive``,
-    ``count``, ``leaves``, ``load`` and ``nbytes``.
+    Interface: ``get``, ``set``, ``find``, ``total``, ``min_positive``, ``count``, ``leaves``,
+    ``load`` and ``nbytes`` (`ReplayBase.draw` descends `tree` itself: `SumTree.find`).
 
     Args:
         capacity: number of slots ``C``, >= 1.
