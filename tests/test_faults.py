@@ -378,7 +378,8 @@ def test_a_signal_at_a_runs_end_is_recorded_without_a_word_and_a_second_still_st
 
 # Where one SIGINT lands in train.py once its run has reached --total-steps: while the final
 # checkpoint is written, while the env workers close, while TensorBoard's writer closes, and while
-# the interpreter exits (the last atexit callback).
+# the interpreter exits (the last atexit callback; the teardown after it, where CPython has put the
+# default handlers back).
 SIGNAL_AT_THE_END = """
     import atexit, runpy, signal, sys
     from vecdqn.core import TrainingCore
@@ -395,6 +396,12 @@ SIGNAL_AT_THE_END = """
     where = {where!r}
     if where == "exit":
         atexit.register(signal.raise_signal, signal.SIGINT)  # the last callback to run
+    elif where == "teardown":  # after the atexit callbacks: the interpreter clears its modules
+        class Probe:
+            def __del__(self):
+                signal.raise_signal(signal.SIGINT)
+        sys.modules["teardown_probe"] = type(sys)("teardown_probe")
+        sys.modules["teardown_probe"].probe = Probe()
     elif where == "final checkpoint":
         TrainingCore.save_checkpoint = interrupted(TrainingCore.save_checkpoint, "final.pt")
     else:
@@ -405,12 +412,13 @@ SIGNAL_AT_THE_END = """
 """
 
 
-@pytest.mark.parametrize("where", ["final checkpoint", "workers", "writers", "exit"])
+@pytest.mark.parametrize("where", ["final checkpoint", "workers", "writers", "exit", "teardown"])
 def test_one_sigint_after_the_final_checkpoint_ends_the_run_one_way(tmp_path, where):
     """A run that reached --total-steps stops nothing on one Ctrl-C, wherever it lands: exit code 0,
     one line on stderr saying so, no traceback, final.pt kept, no worker left. It used to exit 0
     with "Exception ignored ... KeyboardInterrupt", 130 with the second signal's "stopped at once",
-    or 0 without a word, depending on the moment."""
+    or 0 without a word, depending on the moment; in the interpreter's teardown it killed the
+    process (exit code 130, no word): the process now ends before that teardown."""
     args = ["--preset", "catch", "--num-envs", "2", "--total-steps", "200", "--learning-starts", "100",
             "--buffer-size", "2000", "--hidden-size", "32", "--eval-every", "0", "--log-dir", str(tmp_path),
             "--run-name", "run"]
@@ -420,8 +428,12 @@ def test_one_sigint_after_the_final_checkpoint_ends_the_run_one_way(tmp_path, wh
     assert "done: 200 agent steps" in result.stdout
     noted = [line for line in result.stderr.splitlines() if "SIGINT" in line]
     message = ("while exiting; nothing was stopped" if where == "exit" else
-               f"after the run finished; nothing was stopped (checkpoint: {tmp_path / 'run' / 'checkpoints'}")
-    assert len(noted) == 1 and noted[0].startswith("train.py: SIGINT ") and message in noted[0], result.stderr
+               "while exiting; nothing was stopped (the run had finished; checkpoint: "
+               f"{tmp_path / 'run' / 'checkpoints'}")
+    if where == "teardown":
+        assert noted == [], result.stderr  # the teardown, and its signal, never come
+    else:
+        assert len(noted) == 1 and noted[0].startswith("train.py: SIGINT ") and message in noted[0], result.stderr
     for sign in ("Traceback", "Exception ignored", "KeyboardInterrupt", "stopped at once"):
         assert sign not in result.stdout + result.stderr, result.stderr[-3000:]
     assert "finishing this step" not in result.stdout
@@ -538,3 +550,22 @@ def test_the_disk_check_bounds_an_envs_snapshot(env_id):
         assert len(get_env_state(env)) <= preflight.SNAPSHOT_BYTES
     finally:
         env.close()
+
+
+def test_a_replay_file_of_an_earlier_version_loads_its_moved_classes():
+    """Replay files name the buffer's class where it lived when they were written."""
+    from vecdqn.replay.prioritized import PrioritizedReplayBuffer
+    from vecdqn.replay.proportional import ReplayBase
+
+    assert safe_pickle.loads(b"cvecdqn.replay.buffer\nPrioritizedReplayBuffer\n.") is PrioritizedReplayBuffer
+    assert safe_pickle.loads(b"cvecdqn.replay.prioritized\nReplayBase\n.") is ReplayBase
+
+
+@pytest.mark.parametrize("data", [b"cvecdqn.no_such_module\nThing\n.", b"cvecdqn.replay.prioritized\nNoSuchClass\n."])
+def test_a_file_naming_a_class_this_version_lacks_is_one_error(tmp_path, data):
+    with pytest.raises(pickle.UnpicklingError, match="which this version of vecdqn does not have"):
+        safe_pickle.loads(data)
+    (tmp_path / "latest.pt.abc.replay").write_bytes(data)
+    state = {"path": str(tmp_path / "latest.pt"), "replay_file": "latest.pt.abc.replay", "replay_token": "abc"}
+    with pytest.raises(CheckpointError, match="which this version of vecdqn does not have"):
+        checkpoint.load_replay(state)

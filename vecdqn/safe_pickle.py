@@ -31,6 +31,11 @@ ALLOWED = frozenset({
 })
 # Modules whose *classes* (never functions) may be rebuilt: instances are plain state.
 CLASS_PREFIXES = ("vecdqn.", "gymnasium.spaces.", "gymnasium.envs.registration")
+# vecdqn classes that files written by earlier versions name where they used to live: old -> new.
+MOVED = {
+    ("vecdqn.replay.buffer", "PrioritizedReplayBuffer"): ("vecdqn.replay.prioritized", "PrioritizedReplayBuffer"),
+    ("vecdqn.replay.prioritized", "ReplayBase"): ("vecdqn.replay.proportional", "ReplayBase"),
+}
 
 
 class UnsafePickleError(pickle.UnpicklingError):
@@ -41,10 +46,18 @@ class _Restricted(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in ALLOWED:
             return super().find_class(module, name)
+        module, name = MOVED.get((module, name), (module, name))
         if module.startswith(CLASS_PREFIXES) or module == "vecdqn":
-            obj = getattr(importlib.import_module(module), name, None)
+            try:
+                obj = getattr(importlib.import_module(module), name, None)
+            except ImportError:
+                raise pickle.UnpicklingError(f"the file names {module}.{name}, which this version of vecdqn does not "
+                                             "have (a file written by another version?)") from None
             if isinstance(obj, type):
                 return obj
+            if obj is None and module.startswith("vecdqn"):
+                raise pickle.UnpicklingError(f"the file names {module}.{name}, which this version of vecdqn does not "
+                                             "have (a file written by another version?)")
         raise UnsafePickleError(
             f"refusing to load {module}.{name}: only NumPy arrays, ALE states and vecdqn's own classes may appear "
             "in a vecdqn file (this one may be crafted to run code)"
