@@ -272,7 +272,8 @@ def test_each_rollouts_update_runs_at_its_own_learning_rate(tmp_path, monkeypatc
     trainer = Trainer(config, progress=False, handle_signals=False)
     trainer.run()
     schedule = trainer.core.learner.schedules.learning_rate
-    assert len(rates) == 9 and rates == [schedule(32 * (k + 1)) for k in range(9)]
+    # 10 rollouts, the last one learned from at the run's end (agent step 320)
+    assert len(rates) == 10 and rates == [schedule(32 * (k + 1)) for k in range(10)]
 
 
 def test_closing_does_not_wait_for_the_update_in_flight(tmp_path):
@@ -443,3 +444,23 @@ def test_a_signalled_pqn_run_checkpoints_exits_and_resumes(tmp_path, signum, cod
                            str(step + 256)], capture_output=True, text=True, timeout=120, env=TRAIN_ENV)
     assert done.returncode == 0, done.stderr[-2000:]
     assert checkpoint.load(latest)["train_state"]["step"] == step + 256
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_run_learns_from_its_last_rollout_before_its_final_checkpoint(tmp_path, overlap):
+    """640 agent steps are 20 rollouts of 32 (8 vector steps of 4 envs): 20 x 2 epochs x 4
+    minibatches = 160 updates. The last rollout used to be collected and never learned from (152)."""
+    trainer = Trainer(pqn_config(tmp_path, run_name="run", overlap_update=overlap), progress=False,
+                      handle_signals=False)
+    assert trainer.run()["updates"] == 160
+    saved = checkpoint.load(tmp_path / "run" / "checkpoints" / "final.pt")
+    assert saved["train_state"]["updates"] == 160 and saved["agent"]["t"] == 0
+
+
+def test_a_dqn_run_has_nothing_left_to_learn_at_its_end(tmp_path):
+    """The run's end asks every learner for what is due with no agent step to come: DQN's updates
+    come with their agent steps, so it has none (its runs are as before)."""
+    seen = []
+    trainer = Trainer(catch_config(tmp_path, run_name="run", total_steps=400), progress=False, handle_signals=False,
+                      on_step=lambda t: seen.append(t.core.state.updates))
+    assert trainer.run()["updates"] == seen[-1] > 0

@@ -13,6 +13,7 @@ A collector (`vecdqn.collector.Collector`) owns where transitions come from; a l
                                  ├─► core.games(...)     whole games to TensorBoard
                                  └─► core.advance(k)     the agent-step count
             log ─ on_step ─ sync, evaluate ─ stop request ─ sync, periodic checkpoint
+        core.learn(0)                                   what is due with no agent step to come
         final checkpoints, summary
     (a failed env worker or actor: a checkpoint, then the error)
 
@@ -165,6 +166,7 @@ class TrainingCore(CollectorPort):
                 collector.collect()
                 self._after_collect(collector)
             with self.stop.finishing():  # nothing left to stop: a signal now is the caller's to report
+                self.learn(0)  # what is due with no agent step to come: PQN's last full rollout
                 latest = self.save_checkpoint("latest.pt", collector)
                 if c.keep_checkpoints and s.next_checkpoint <= s.step:  # as a longer run would keep it
                     s.next_checkpoint += c.checkpoint_every
