@@ -70,6 +70,7 @@ from vecdqn.curves import EVAL_TAG, Scalars, best_point, checkpoint_evals, last_
 from vecdqn.evaluation import EvalResult, evaluate, periodic_eval_seed  # noqa: E402
 from vecdqn.metrics import EvalLog, EvaluationRunning  # noqa: E402
 from vecdqn.scores import HUMAN_RANDOM_SCORES  # noqa: E402
+from vecdqn.signals import Handlers  # noqa: E402
 from vecdqn.staging import select_device  # noqa: E402
 
 PROG = "evaluate.py"
@@ -212,14 +213,18 @@ def parse_steps(text: str) -> tuple[int, int | None, int]:
     """``--steps FIRST:LAST:EVERY`` (agent steps, parts optional) -> ``(first, last or None, every)``.
 
     Raises:
-        UsageError: not one to three colon-separated whole numbers, FIRST after LAST, or EVERY < 1.
+        UsageError: not one to three colon-separated whole numbers, one above 10**12 (`whole_number`'s
+            limit), FIRST after LAST, or EVERY < 1.
     """
     parts = text.split(":")
     # ASCII digits only: str.isdigit also takes '²', which int() refuses.
     if len(parts) > 3 or not all(p.strip().isascii() and p.strip().isdigit() for p in parts if p.strip()):
         raise UsageError(f"--steps {text!r} is not FIRST:LAST:EVERY (whole agent step counts, each optional), "
                          "e.g. 4000000::200000")
-    first, last, every = [int(p) if p.strip() else None for p in parts + [""] * (3 - len(parts))]
+    try:
+        first, last, every = [whole_number(p) if p.strip() else None for p in parts + [""] * (3 - len(parts))]
+    except argparse.ArgumentTypeError as err:
+        raise UsageError(f"--steps {text!r}: {err}") from None
     first = 0 if first is None else first
     if last is not None and last < first:
         raise UsageError(f"--steps {text!r}: LAST {last:,} is before FIRST {first:,}")
@@ -295,9 +300,19 @@ def format_table(result: EvalResult, policy: Policy) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Exit codes: 0 done; 2 bad input (an option, the checkpoint, an output path) or, with
     --every-checkpoint, another evaluation of the run running, one line on stderr before any game
-    is played; 130 interrupted."""
-    return exit_code(PROG, lambda: _evaluate(argv),
-                     bad_input=(CheckpointError, EvaluationRunning, ValueError, OSError, gym.error.Error))
+    is played; 130/143 stopped by SIGINT/SIGTERM (the results of the checkpoints done are kept in
+    ``--json``; ``checkpoint-evals/`` is left as it was). Both signals are handled as Ctrl-C, also
+    where a shell started the process in the background with SIGINT ignored."""
+    received: list[int] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    with Handlers(on_signal):
+        code = exit_code(PROG, lambda: _evaluate(argv),
+                         bad_input=(CheckpointError, EvaluationRunning, ValueError, OSError, gym.error.Error))
+    return 128 + received[0] if code == 130 and received else code
 
 
 def _evaluate(argv: list[str] | None) -> None:

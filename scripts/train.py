@@ -20,7 +20,8 @@ from pathlib import Path
 # Run from a source checkout without installing: make the package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vecdqn.cli import exit_process, main  # noqa: E402
+from vecdqn.cli import PROG, main  # noqa: E402
+from vecdqn.signals import exit_process  # noqa: E402
 
 if __name__ == "__main__":
-    exit_process(main())
+    exit_process(main(), PROG)

@@ -34,7 +34,15 @@ from pathlib import Path
 # Run from a source checkout without installing: make the package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vecdqn.cli import OneLineErrorParser, UsageError, error_line, exit_code, finite_number, whole_number  # noqa: E402
+from vecdqn.cli import (  # noqa: E402
+    OneLineErrorParser,
+    UsageError,
+    duration,
+    error_line,
+    exit_code,
+    finite_number,
+    whole_number,
+)
 from vecdqn.tuning import StudyError, require_optuna  # noqa: E402
 from vecdqn.tuning.space import Dimension, SpaceError, parse_space, read_space_file  # noqa: E402
 
@@ -48,14 +56,17 @@ def build_parser() -> argparse.ArgumentParser:
         description="Tune train.py's options with Optuna. Each trial is an ordinary run under "
         "<log-dir>/<study>/trial_<number> (TensorBoard, checkpoints); the options after -- are train.py's and are "
         "the same for every trial.",
-        epilog="search space: NAME=LOW:HIGH (a range, ends included; integers for integer options), "
+        epilog="search space: NAME=LOW:HIGH (a range, ends included; for an integer option whole numbers in the "
+        "digits 0-9, as train.py takes them: n_step=1:1000, not 1:1e3), "
         "NAME=LOW:HIGH:log (log scale, LOW > 0), NAME=A,B,... (choices; true,false for on/off options). NAME is "
         "a train.py option (learning_rate, --learning-rate).\n\nexample:\n  python scripts/tune.py --study-name "
         "catch --n-trials 8 --space learning_rate=1e-4:3e-3:log --space n_step=1:3 \\\n"
         "      -- --preset catch --total-steps 6000 --eval-every 1500",
     )
     parser.add_argument("--space", action="append", default=[], metavar="NAME=SPEC",
-                        help="one dimension of the search space (repeat for more)")
+                        help="one dimension of the search space (repeat for more): LOW:HIGH, LOW:HIGH:log or "
+                        "A,B,...; an integer option's numbers are whole numbers as train.py takes them (1000, not "
+                        "1e3 or 1000.0)")
     parser.add_argument("--space-file", metavar="FILE",
                         help="more dimensions, one NAME=SPEC per line ('#' starts a comment)")
     parser.add_argument("--objective", choices=("eval", "train"), default="eval",
@@ -63,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "--eval-every); train: mean raw return of its last 100 training games (default: eval)")
     parser.add_argument("--n-trials", type=whole_number, default=20, metavar="N",
                         help="trials to run in this invocation (default: 20)")
-    parser.add_argument("--timeout", type=finite_number, default=None, metavar="SECONDS",
+    parser.add_argument("--timeout", type=duration, default=None, metavar="SECONDS",
                         help="start no trial after this many seconds (a running one finishes; default: none)")
     parser.add_argument("--study-name", default="", metavar="NAME",
                         help="the study (default: tune-<env id>); the same name continues it")

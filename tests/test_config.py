@@ -7,8 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from vecdqn.cli import OPTION_TYPES, UsageError, build_parser, check_options_apply, parse_args, parse_config
-from vecdqn.config import MAX_COUNT, Config, option_flag
+from vecdqn.cli import (
+    OPTION_TYPES,
+    OneLineErrorParser,
+    UsageError,
+    build_parser,
+    check_options_apply,
+    main,
+    parse_args,
+    parse_config,
+)
+from vecdqn.config import MAX_COUNT, MAX_SECONDS, Config, check_options_used, option_flag
 from vecdqn.envs import check_family_options
 from vecdqn.presets import PRESETS
 from vecdqn.schedules import PiecewiseLinear
@@ -68,8 +77,8 @@ def test_preset_sets_defaults_but_explicit_options_win():
         # Python's int reads Arabic-Indic digits as 12; an option takes the digits 0-9 only
         (["--seed", "١٢"], "argument --seed: invalid int value: '١٢' (a whole number in the digits 0-9"),
         (["--total-steps", "1e26"], "argument --total-steps: invalid int value: '1e26'"),
-        (["--total-steps", "1" + "0" * 26], "--total-steps 100000000000000000000000000 is above 10**12, the "
-                                             "largest count an option takes"),
+        (["--total-steps", "1" + "0" * 26], "argument --total-steps: 100000000000000000000000000 is above 10**12, "
+                                             "the largest count an option takes"),
         (["--gamma", "inf"], "argument --gamma: invalid float value: 'inf' (a finite number"),
     ],
 )
@@ -100,11 +109,53 @@ def test_whole_numbers_take_ascii_digits_and_counts_stop_at_10_12():
     for text in ("١٢", "１２", "12.0", "1e3", "1__0", "0x10"):  # Arabic-Indic and fullwidth digits among them
         with pytest.raises(UsageError, match=f"^argument --seed: invalid int value: '{text}'"):
             parse_config(["--seed", text])
-    with pytest.raises(UsageError, match=r"^--total-steps 1000000000001 is above 10\*\*12"):
+    with pytest.raises(UsageError, match=r"^argument --total-steps: 1000000000001 is above 10\*\*12"):
         parse_config(["--total-steps", str(MAX_COUNT + 1)])
     with pytest.raises(ValueError, match=r"^--buffer-size 10000000000000 is above 10\*\*12"):
         Config(buffer_size=10**13).validate()
+    # a duration (--worker-timeout) stops at 10**8 seconds, on the command line and through `Config`
+    assert parse_config(["--worker-timeout", "1e8"])[0].worker_timeout == MAX_SECONDS
+    with pytest.raises(UsageError, match=r"^argument --worker-timeout: 1e14 seconds is above 10\*\*8 \(over 3 years\)"):
+        parse_config(["--worker-timeout", "1e14"])
+    with pytest.raises(ValueError, match=r"^--worker-timeout 1000000000.0 seconds is above 10\*\*8"):
+        Config(worker_timeout=1e9).validate()
     assert "digits 0-9" in build_parser().description and "10**12" in build_parser().description
+
+
+def _script_parsers():
+    """``(script, its parser)`` for each of the five scripts (each loaded from its file)."""
+    import importlib.util
+
+    yield "train.py", build_parser()
+    for name in ("evaluate", "plot", "tune", "benchmark"):
+        spec = importlib.util.spec_from_file_location(f"vecdqn_{name}_script_types", ROOT / "scripts" / f"{name}.py")
+        script = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(script)
+        yield f"{name}.py", script.build_parser()
+
+
+def test_every_count_and_duration_of_every_script_takes_the_shared_types_and_limits():
+    """No script reads a number with Python's own int or float: each count takes
+    `vecdqn.cli.whole_number` (at most 10**12), each decimal `finite_number` and each duration
+    (seconds, a timeout) `duration` (at most 10**8 s), so that one rule holds for every script."""
+    from vecdqn.cli import duration, finite_number, whole_number
+
+    for script, parser in _script_parsers():
+        for action in parser._actions:  # noqa: SLF001 - argparse has no public list
+            flag = next(iter(action.option_strings), action.dest)
+            assert action.type not in (int, float), (script, flag)
+            if any(word in action.dest for word in ("seconds", "timeout")):
+                assert action.type is duration, (script, flag)
+            if action.type is whole_number:
+                with pytest.raises(UsageError, match=rf"^argument {flag}: 1000000000001 is above 10\*\*12, the "
+                                                     "largest count an option takes"):
+                    parser.parse_args([flag, str(MAX_COUNT + 1)])
+            elif action.type is duration:
+                with pytest.raises(UsageError, match=rf"^argument {flag}: 1e14 seconds is above 10\*\*8 \(over 3 "
+                                                     r"years\), the longest duration an option takes"):
+                    parser.parse_args([flag, "1e14"])
+            else:
+                assert action.type in (None, str, Path, finite_number), (script, flag, action.type)
 
 
 def test_atari_only_options_are_refused_for_catch_and_kept_for_ale_games():
@@ -159,3 +210,47 @@ def test_piecewise_linear():
         PiecewiseLinear([(0, 1.0), (0, 2.0)])
     with pytest.raises(ValueError, match="at least one"):
         PiecewiseLinear([])
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["--algo", "rainbow", "--epsilon-end", "0.05"], "--epsilon-end would have no effect: the noisy layers explore"),
+    (["--algo", "rainbow", "--epsilon-start", "0.5", "--epsilon-decay-steps", "9"],
+     "--epsilon-start, --epsilon-decay-steps would have no effect: the noisy layers explore"),
+    (["--algo", "rainbow", "--epsilon-schedule", "0:1,10:0.1"], "--epsilon-schedule would have no effect"),
+    (["--algo", "rainbow", "--atoms", "1", "--v-min", "-5"], "--v-min would have no effect: --atoms 1 learns"),
+    (["--algo", "rainbow", "--no-noisy", "--noisy-sigma", "0.1"], "--noisy-sigma would have no effect: --no-noisy"),
+    (["--eval-every", "0", "--eval-episodes", "3"], "--eval-episodes would have no effect: --eval-every 0 turns"),
+    (["--wandb-project", "mine"], "--wandb-project would have no effect: they name the Weights & Biases run of "
+                                  "--track, which is off"),
+])
+def test_options_the_run_would_not_read_are_refused_in_one_line(tmp_path, args, named, capsys):
+    """An option whose setting the run's other options switch off (epsilon under noisy exploration,
+    a support with --atoms 1, ...) was accepted and silently ignored."""
+    code = main(["--env-id", "vecdqn/Catch-v0", "--screen-size", "44", "--log-dir", str(tmp_path), *args])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and named in err, err
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("args", [
+    ["--algo", "rainbow", "--no-noisy", "--epsilon-end", "0.05"],
+    ["--algo", "rainbow", "--atoms", "21", "--v-min", "-5", "--v-max", "5", "--noisy-sigma", "0.1"],
+    ["--eval-every", "500", "--eval-episodes", "3"],
+])
+def test_the_same_options_are_taken_where_the_run_reads_them(tmp_path, args):
+    config, given = parse_config(["--env-id", "vecdqn/Catch-v0", "--log-dir", str(tmp_path), *args])
+    check_options_used(given, config)  # no error
+
+
+def test_a_negative_number_in_any_notation_is_an_options_value(tmp_path):
+    """argparse reads only -5 and -0.5 as numbers: --v-min -1e3 gave "expected one argument", and
+    --v-min -inf the same instead of the finite-number message."""
+    config = parse_args(["--algo", "rainbow", "--v-min", "-1e3", "--v-max", "1e3", "--log-dir", str(tmp_path)])
+    assert (config.v_min, config.v_max) == (-1000.0, 1000.0)
+    with pytest.raises(UsageError, match=r"argument --v-min: invalid float value: '-inf' \(a finite number"):
+        parse_config(["--algo", "rainbow", "--v-min", "-inf"])
+    # after "--" the tokens are another command's (tune.py's train.py options): left as given
+    parser = OneLineErrorParser(prog="p")
+    parser.add_argument("--x", type=float)
+    parser.add_argument("rest", nargs="*")
+    assert parser.parse_args(["--x", "-1e3", "--", "--y", "-1e3"]).rest == ["--y", "-1e3"]

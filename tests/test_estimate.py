@@ -94,9 +94,16 @@ def test_env_id_sets_the_game_of_the_estimated_preset():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--env-id", "Seaquest"], "unknown env id 'Seaquest'; did you mean"),
+    # the ids the project trains on are offered, as <Game>NoFrameskip-v4
+    (["--env-id", "Seaquest"], "unknown env id 'Seaquest'; did you mean SeaquestNoFrameskip-v4?"),
+    (["--env-id", "SeaquestNoFrameskip-v5"], "unknown env id 'SeaquestNoFrameskip-v5'; did you mean "
+                                             "SeaquestNoFrameskip-v4?"),
+    # the unknown id first, before the other options' errors
+    (["--env-id", "Seaquest", "--estimate-seconds", "0"], "unknown env id 'Seaquest'"),
     (["--estimate-options", "--env-id Foo"], "--estimate-options '--env-id Foo': unknown env id 'Foo'"),
     (["--estimate-options", "--env-id BreakoutNoFrameskip-v4 --frame-skip 0"], "--estimate-options"),
+    # an env whose observations are not images: the measured run's preflight used to raise it as a traceback
+    (["--env-id", "CartPole-v1"], "--preset atari-pqn: --env-id CartPole-v1 cannot be used: GrayscaleResize needs"),
 ])
 def test_a_game_that_cannot_run_exits_2_before_the_run(capsys, args, message):
     """The env id and env options are checked with the other options, not by the measured run
@@ -106,3 +113,31 @@ def test_a_game_that_cannot_run_exits_2_before_the_run(capsys, args, message):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "running --preset" not in err
+
+
+@pytest.mark.parametrize("preset, env_id, applies", [
+    ("atari-pqn", "SeaquestNoFrameskip-v4", True),  # one result for every ALE game: the end of its run
+    ("atari-pqn", "BreakoutNoFrameskip-v4", True),
+    ("pong", "PongNoFrameskip-v4", True),
+    ("catch", "SeaquestNoFrameskip-v4", False),  # Catch's minutes say nothing of Seaquest's
+    ("pong", "BreakoutNoFrameskip-v4", False),
+    ("breakout-pqn", "PongNoFrameskip-v4", False),
+])
+def test_published_result_applies_to_its_own_game_only(preset, env_id, applies):
+    from vecdqn.benchmarks.estimate import published_for
+
+    assert (published_for(preset, env_id) is PUBLISHED[preset]) is applies
+
+
+def test_another_game_prints_its_rate_without_the_published_minutes(capsys, monkeypatch):
+    """``--preset catch --env-id SeaquestNoFrameskip-v4`` measures Seaquest: its rate is printed and
+    the note says why no minutes to Catch's published result follow (the run itself is stubbed)."""
+    from vecdqn.benchmarks import estimate
+
+    monkeypatch.setattr(estimate, "measure", lambda preset, seconds, options="": (150.0, 8, "SeaquestNoFrameskip-v4"))
+    rows = load_cli().main(["--estimate", "--preset", "catch", "--env-id", "SeaquestNoFrameskip-v4"])
+    out = capsys.readouterr().out
+    said = ("--preset catch --env-id SeaquestNoFrameskip-v4: 150.0 agent steps/s here; no minutes to a published "
+            "result: --preset catch's was reached on vecdqn/Catch-v0, and this run plays SeaquestNoFrameskip-v4")
+    assert said in out and " min " not in out and "docs/results.md" not in out
+    assert rows[0]["value"] == 150.0 and rows[0]["note"].startswith("no minutes to a published result")

@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -510,6 +511,32 @@ def test_an_interrupted_evaluation_writes_nothing_and_keeps_the_earlier_results(
     np.testing.assert_allclose(read_run(run_dir).evals.values, list(complete.values()), atol=0.005)
 
 
+@pytest.mark.parametrize(("signum", "inherited", "code"), [(signal.SIGTERM, signal.SIG_DFL, 143),
+                                                          (signal.SIGINT, signal.SIG_IGN, 130)])
+def test_a_signal_stops_an_evaluation_as_ctrl_c_does(evaluated_catch_run, tmp_path, capsys, monkeypatch, signum,
+                                                      inherited, code):
+    """SIGTERM killed it without a word; SIGINT was ignored where a shell had started it in the
+    background (``&`` leaves SIGINT ignored). Both now stop it as Ctrl-C: the one line, the
+    results left as they were, 128 + the signal."""
+    run_dir = _copy(evaluated_catch_run[0], tmp_path)
+    script = _script()
+    play = script._play
+
+    def signalled(*args, **kwargs):
+        signal.raise_signal(signum)
+        return play(*args, **kwargs)
+
+    monkeypatch.setattr(script, "_play", signalled)
+    previous = signal.signal(signum, inherited)
+    try:
+        assert script.main([str(run_dir), "--every-checkpoint", "--episodes", "2"]) == code
+        assert signal.getsignal(signum) == inherited  # put back
+    finally:
+        signal.signal(signum, previous)
+    assert "left as it was" in capsys.readouterr().err
+    assert not event_files(run_dir / CHECKPOINT_EVALS)
+
+
 def test_a_later_evaluation_replaces_its_steps_and_keeps_the_others(evaluated_catch_run, tmp_path, capsys, caplog):
     """Merged with the earlier results: one value per step, also for a TensorBoard that showed
     the earlier ones (the new file starts with a restart marker)."""
@@ -585,3 +612,17 @@ def test_numbers_must_be_finite_and_in_ascii_digits(tmp_path, capsys, args, kind
     err = capsys.readouterr().err
     option = args[0].split("=")[0]
     assert err.startswith(f"evaluate.py: error: argument {option}: invalid {kind} value: ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--episodes", "1000000000001"], "argument --episodes: 1000000000001 is above 10**12, the largest count an "
+                                      "option takes"),
+    (["--max-episode-frames", "1" + "0" * 20], "argument --max-episode-frames: 100000000000000000000 is above 10**12"),
+    (["--every-checkpoint", "--steps", "0:1000000000001"], "--steps '0:1000000000001': 1000000000001 is above "
+                                                           "10**12, the largest count an option takes"),
+])
+def test_counts_above_10_12_exit_2_with_one_line_naming_the_limit(tmp_path, capsys, args, message):
+    """Every count stops where train.py's do (`vecdqn.cli.whole_number`), before any checkpoint is read."""
+    assert _script().main([str(tmp_path), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("evaluate.py: error: ") and err.count("\n") == 1 and message in err, err

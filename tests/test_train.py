@@ -120,8 +120,10 @@ def test_corrupt_checkpoint_on_resume_exits_2(tmp_path):
         (["--preset", "catch-pqn", "--total-steps", "100"], "--total-steps 100 ends the run before its first "
          "update, which comes after one rollout of --rollout-steps 16 x --num-envs 8 = 128 agent steps; use at "
          "least 128"),
-        # the suggestions are ids vecdqn can train on (ALE games, Catch), not every registered id
-        (["--env-id", "Hoppr-v4"], "unknown env id 'Hoppr-v4'; did you mean one of ['Gopher-v4', 'Hero-v4']?"),
+        # the suggestions are ids vecdqn trains on (ALE games as <Game>NoFrameskip-v4, Catch), not every
+        # registered id
+        (["--env-id", "Seaquest"], "unknown env id 'Seaquest'; did you mean SeaquestNoFrameskip-v4?"),
+        (["--env-id", "Gopherr-v5"], "unknown env id 'Gopherr-v5'; did you mean GopherNoFrameskip-v4?"),
     ],
 )
 def test_more_bad_input_exits_2(args, message, tmp_path):

@@ -77,6 +77,11 @@ def test_space_grammar():
     ("learning_rate=0:1e-3:log", "a log scale needs a low end above zero, not 0"),
     ("gamma=-0.5:0.9:log", "a log scale needs a low end above zero, not -0.5"),
     ("n_step=1.5:3", "'1.5' is not a whole number, and --n-step takes whole numbers"),
+    # an integer option's numbers as train.py reads them: 1e3 is refused there too, naming what to write
+    ("n_step=1:1e3", "'1e3' is not a whole number, and --n-step takes whole numbers, written in the digits 0-9 as "
+                     "train.py reads them: 1000, not 1e3"),
+    ("batch_size=32,64.0", "'64.0' is not a whole number, and --batch-size takes whole numbers"),
+    ("n_step=1:1000000000001", "--space n_step=1:1000000000001: 1000000000001 is above 10**12, the largest count"),
     ("double=0:1", "--double is an on/off option; give choices"),
     ("run_name=a,b", "--run-name cannot vary between trials"),
     ("learning_rate", "expected NAME=LOW:HIGH"),
@@ -101,6 +106,11 @@ def test_an_option_given_twice_is_refused():
     ([], "no search space"),
     (["--space", "n_step=1:3", "--n-trials", "0"], "--n-trials 0 must be at least 1"),
     (["--space", "n_step=1:3", "--n-trials", "٣"], "argument --n-trials: invalid int value: '٣'"),
+    (["--space", "n_step=1:3", "--n-trials", "1000000000001"],
+     "argument --n-trials: 1000000000001 is above 10**12, the largest count an option takes"),
+    (["--space", "n_step=1:3", "--timeout", "1e14"],
+     "argument --timeout: 1e14 seconds is above 10**8 (over 3 years), the longest duration an option takes"),
+    (["--space", "n_step=1:1e3"], "--space n_step=1:1e3: '1e3' is not a whole number"),
     (["--space", "n_step=1:3", "--timeout", "inf"], "argument --timeout: invalid float value: 'inf'"),
     (["--space", "n_step=1:3", "--pruner", "threshold", "--prune-below", "nan"],
      "argument --prune-below: invalid float value: 'nan'"),

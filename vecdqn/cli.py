@@ -27,7 +27,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from vecdqn.config import Config, check_options_used, option_flag
+from vecdqn.config import MAX_COUNT, MAX_SECONDS, Config, check_options_used, option_flag, options_with
 from vecdqn.learners import LEARNERS, learner_spec, learners_using
 from vecdqn.presets import PRESET_SOURCES, PRESETS, check_preset
 from vecdqn.schedules import SCHEDULE_SHORTHANDS, replaced_options
@@ -37,9 +37,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OneLineErrorParser", "UsageError", "build_parser", "check_options_apply",
-    "check_output_path", "error_line", "exit_code", "exit_process", "OPTION_TYPES", "option_flags",
+    "check_output_path", "error_line", "exit_code", "OPTION_TYPES", "option_flags",
     "explicit_options", "finite_number", "main", "parse_args", "parse_config", "preset_values", "presets_help",
-    "whole_number",
+    "duration", "whole_number",
 ]
 
 PROG = "train.py"
@@ -57,12 +57,34 @@ class OneLineErrorParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see {self.prog} --help)")
 
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """argparse's, with a negative number given as a long option's value (``--v-min -1e3``,
+        ``--v-min -inf``) kept with its option: argparse reads only ``-5`` and ``-0.5`` as numbers
+        and reported "expected one argument" for the others. Tokens after ``--`` are left alone."""
+        args = list(sys.argv[1:] if args is None else args)
+        end = args.index("--") if "--" in args else len(args)
+        for i in reversed(range(end - 1)):
+            if args[i].startswith("--") and "=" not in args[i] and _negative_number(args[i + 1]):
+                args[i:i + 2] = [f"{args[i]}={args[i + 1]}"]
+        return super().parse_known_args(args, namespace)
+
+
+def _negative_number(text: str) -> bool:
+    """Whether ``text`` is ``-`` and a number Python's float reads (``-1e3``, ``-inf``)."""
+    if not text.startswith("-") or text.startswith("--"):
+        return False
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
 
 def whole_number(text: str) -> int:
-    """An integer option's value (argparse's ``type`` for them in every script): ASCII digits
-    0-9 with an optional sign and ``_`` between digits (``10_000_000``), as Python writes an
-    integer. Not ``1e7``, and not the digits of other scripts that Python's ``int`` also reads
-    (``int("١٢")`` is 12).
+    """An integer option's value (argparse's ``type`` for every count, size and seed of every
+    script): ASCII digits 0-9 with an optional sign and ``_`` between digits (``10_000_000``), as
+    Python writes an integer, from -10**12 to 10**12 (`vecdqn.config.MAX_COUNT`). Not ``1e7``, and
+    not the digits of other scripts that Python's ``int`` also reads (``int("١٢")`` is 12).
 
     Raises:
         argparse.ArgumentTypeError: anything else; argparse reports it as one line naming the option.
@@ -70,19 +92,23 @@ def whole_number(text: str) -> int:
     >>> whole_number("10_000_000"), whole_number("-3")
     (10000000, -3)
     """
-    if text.isascii():
-        try:
-            return int(text)
-        except ValueError:
-            pass
-    raise argparse.ArgumentTypeError(f"invalid int value: {text!r} (a whole number in the digits 0-9, with an "
-                                     "optional sign and _ between digits, e.g. 10_000_000; not 1e7)")
+    try:
+        value = int(text) if text.isascii() else None
+    except ValueError:
+        value = None
+    if value is None:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r} (a whole number in the digits 0-9, with an "
+                                         "optional sign and _ between digits, e.g. 10_000_000; not 1e7)")
+    if abs(value) > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{value} is above 10**12, the largest count an option takes" if value > 0
+                                         else f"{value} is below -10**12, the smallest whole number an option takes")
+    return value
 
 
 def finite_number(text: str) -> float:
     """A decimal option's value (argparse's ``type`` for them in every script): a finite number in
     ASCII (``0.5``, ``1e-4``, ``-2``); ``inf``, ``nan`` and numbers too large for a float
-    (``1e400``) are refused, as are digits of other scripts.
+    (``1e400``) are refused, as are digits of other scripts. Durations take `duration`.
 
     Raises:
         argparse.ArgumentTypeError: anything else; argparse reports it as one line naming the option.
@@ -99,6 +125,23 @@ def finite_number(text: str) -> float:
             return value
     raise argparse.ArgumentTypeError(f"invalid float value: {text!r} (a finite number, e.g. 0.5 or 1e-4; not inf "
                                      "or nan)")
+
+
+def duration(text: str) -> float:
+    """A duration option's value in seconds (argparse's ``type`` for every duration of every
+    script): a `finite_number` from 0 to 10**8 (`vecdqn.config.MAX_SECONDS`, over 3 years).
+
+    Raises:
+        argparse.ArgumentTypeError: anything else; argparse reports it as one line naming the option.
+
+    >>> duration("40"), duration("1.5e3")
+    (40.0, 1500.0)
+    """
+    value = finite_number(text)
+    if not 0 <= value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text} seconds is above 10**8 (over 3 years), the longest duration an "
+                                         "option takes" if value > 0 else f"{text} seconds is below 0")
+    return value
 
 
 def error_line(prog: str, err: BaseException) -> str:
@@ -126,27 +169,6 @@ def exit_code(prog: str, body: Callable[[], int | None],
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     return 0 if code is None else code
-
-
-def exit_process(code: int, prog: str = PROG) -> NoReturn:
-    """End a script's process with ``code``, from its ``__main__`` once it has reported. A SIGINT or
-    SIGTERM during the interpreter's own exit (its atexit handlers and finalizers, where a
-    KeyboardInterrupt would print "Exception ignored" tracebacks) gets one line on stderr,
-    ``<prog>: <SIGNAL> while exiting; nothing was stopped``, and the process ends at once with the
-    same ``code``."""
-
-    def on_signal(signum: int, frame: Any) -> None:
-        try:
-            print(f"{prog}: {signal.Signals(signum).name} while exiting; nothing was stopped", file=sys.stderr,
-                  flush=True)
-        finally:
-            os._exit(code)
-
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, on_signal)
-    sys.exit(code)
 
 
 def fail(prog: str, err: BaseException) -> NoReturn:
@@ -221,13 +243,16 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
 
 def build_parser() -> OneLineErrorParser:
     """The command line of ``scripts/train.py``, one option per `Config` field."""
+    learners = [textwrap.fill(f"--algo {name}{' (the default)' if name == Config.algo else ''}: {spec.summary}", 100,
+                              initial_indent="  ", subsequent_indent="    ") for name, spec in LEARNERS.items()]
+    rules = ("All counts are agent steps summed over envs (1 agent step = frame-skip emulator frames) unless the "
+             "option says frames. Whole numbers are written in the digits 0-9 (an optional sign, _ between digits: "
+             "10_000_000, not 1e7) and no count exceeds 10**12; decimal numbers must be finite (not inf or nan), and "
+             "a duration in seconds is at most 10**8 (over 3 years).")
     parser = OneLineErrorParser(
         prog=PROG,
-        description="Train a Q-learning agent on an Atari game: DQN (double DQN, dueling network, prioritized "
-        "replay; the default) or PQN (--algo pqn: rollouts of the vector env, Q(lambda) returns). "
-        "All counts are agent steps summed over envs (1 agent step = frame-skip emulator frames) "
-        "unless the option says frames. Whole numbers are written in the digits 0-9 (an optional sign, _ between "
-        "digits: 10_000_000, not 1e7) and no count exceeds 10**12; decimal numbers must be finite (not inf or nan).",
+        description="\n".join(["Train a Q-learning agent on an Atari game, with one of these learners:", *learners,
+                               textwrap.fill(rules, 100)]),
         formatter_class=_HelpFormatter,
         epilog=presets_help(),
         # A prefix such as --total for --total-steps would be parsed but not seen by
@@ -236,20 +261,28 @@ def build_parser() -> OneLineErrorParser:
     )
     # The options every learner uses in one group, then a group per learner (or learners) for the
     # options their records name as their own.
+    # Ape-X's options (those only --actors N reads) in a group of their own.
     groups = {(): parser.add_argument_group("options of every run (any --algo)")}
     for name, spec in LEARNERS.items():
         groups[(name,)] = parser.add_argument_group(f"--algo {name} options ({spec.summary})")
+    actors_only = set(options_with("actors_only"))
+    groups[("actors",)] = parser.add_argument_group(
+        f"Ape-X options (read only with {option_flag('actors')} N; see its learner's group)")
     for f in fields(Config):
-        users = tuple(learners_using(f.name))
+        users = ("actors",) if f.name in actors_only else tuple(learners_using(f.name))
         if users not in groups:
             groups[users] = parser.add_argument_group(f"options of {' and '.join(f'--algo {u}' for u in users)}")
         group = groups[users]
-        kwargs: dict[str, Any] = {"help": f.metadata["help"], "default": f.default}
+        # A learner's own default (`vecdqn.learners.LearnerSpec.defaults`) beside Config's.
+        own = "".join(f"; {spec.defaults[f.name]} with --algo {name}" for name, spec in LEARNERS.items()
+                      if f.name in spec.defaults)
+        kwargs: dict[str, Any] = {"help": f.metadata["help"] + own, "default": f.default}
         type_name = OPTION_TYPES[f.name]
         if type_name == "bool":
             kwargs["action"] = argparse.BooleanOptionalAction  # --name / --no-name, as `option_flags` spells them
         else:
-            kwargs["type"] = {"int": whole_number, "float": finite_number, "str": str}[type_name]
+            kwargs["type"] = duration if f.metadata["unit"] == "seconds" else {
+                "int": whole_number, "float": finite_number, "str": str}[type_name]
             kwargs["metavar"] = type_name.upper()
         group.add_argument(option_flag(f.name), dest=f.name, **kwargs)
     return parser
@@ -403,8 +436,9 @@ def main(argv: list[str] | None = None) -> int:
     not be written (one line on stderr naming what failed and the last checkpoint; the traceback
     in the run folder's ``error.log``). A first SIGINT/SIGTERM once the run has reached
     ``--total-steps`` (while its final checkpoints are written, its workers and writers close or
-    this reports) stops nothing: the run ends as done, exit code 0, and one line on stderr says
-    the signal came after the run finished.
+    this reports) stops nothing: the run ends as done, exit code 0, and one line on stderr,
+    ``train.py: SIGINT while exiting; nothing was stopped``, says so
+    (`vecdqn.signals.exit_process` covers the process's exit after that).
     """
     from vecdqn import checkpoint
     from vecdqn.preflight import ConfigError
@@ -457,6 +491,6 @@ def _train(argv: list[str] | None) -> int:
             f"run folder: {summary['run_dir']}\ncheckpoint: {summary['checkpoint']}", flush=True
         )
         if signals.signum is not None:
-            print(f"{PROG}: {signal.Signals(signals.signum).name} after the run finished; nothing was stopped "
-                  f"(checkpoint: {summary['checkpoint']})", file=sys.stderr)
+            print(f"{PROG}: {signal.Signals(signals.signum).name} while exiting; nothing was stopped "
+                  f"(the run had finished; checkpoint: {summary['checkpoint']})", file=sys.stderr)
     return 0

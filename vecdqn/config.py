@@ -36,6 +36,8 @@ MIN_SCREEN_SIZE = 36
 # training at 10,000 agent steps/s, and a count this size stays exact where the schedules turn it into
 # a float64 (exact to 2**53) and where TensorBoard stores steps as int64.
 MAX_COUNT = 10**12
+# The longest duration of any option, in seconds: over 3 years, below `threading.TIMEOUT_MAX` (~9.2e9 s).
+MAX_SECONDS = 10**8
 # The Q-network's initial weights (`vecdqn.model.QNetwork`'s ``init``).
 NETWORK_INITS = ("torch", "orthogonal")
 # The rules an option can carry (each `Config` field's ``metadata["rules"]``), read through
@@ -57,9 +59,10 @@ RULES = {
 # learner uses an option its record's (`vecdqn.learners.LearnerSpec.options`): no rule here.
 
 
-def _f(default: Any, help: str, *rules: str) -> Any:  # noqa: A002 - "help" mirrors argparse
-    assert set(rules) <= set(RULES), rules
-    return field(default=default, metadata={"help": help, "rules": frozenset(rules)})
+def _f(default: Any, help: str, *rules: str, unit: str = "") -> Any:  # noqa: A002 - "help" mirrors argparse
+    """A `Config` field: default, help, rules (`RULES` keys); a duration's ``unit="seconds"`` (`MAX_SECONDS`)."""
+    assert set(rules) <= set(RULES) and unit in ("", "seconds"), (rules, unit)
+    return field(default=default, metadata={"help": help, "rules": frozenset(rules), "unit": unit})
 
 
 def options_with(rule: str) -> tuple[str, ...]:
@@ -76,24 +79,39 @@ def options_with(rule: str) -> tuple[str, ...]:
 def check_options_used(given: set[str], config: Config, *, resuming: bool = False) -> None:
     """Refuse options given explicitly (``given``: field names) that ``config``'s run would not use:
     another learner's own (`vecdqn.learners.check_learner_options`), those ``"not_with_actors"``
-    with ``--actors``, ``"actors_only"`` without. ``resuming``: ``config`` is a saved run's, the
-    options are given with ``--resume`` (whose ``--algo`` is fixed).
+    with ``--actors``, ``"actors_only"`` without, and those its other settings leave unread
+    (`unused_options`). ``resuming``: the options come with ``--resume`` (``--algo`` is fixed).
 
     Raises:
         ValueError: one line naming the options and what to do instead.
     """
     check_learner_options([f.name for f in fields(Config) if f.name in given], config.algo, resuming=resuming)
-    actors = config.actors
-    unused = [n for n in options_with("not_with_actors" if actors else "actors_only") if n in given]
-    if not unused:
-        return
-    flags = ", ".join(option_flag(n) for n in unused)
-    one = len(unused) == 1
-    if actors:
-        raise ValueError(f"{flags} cannot be used with --actors {actors}: each actor plays --actor-envs envs with "
-                         f"its own fixed epsilon (--apex-epsilon, --apex-alpha); drop {'it' if one else 'them'}")
-    raise ValueError(f"{flags} only appl{'ies' if one else 'y'} with --actors N (N >= 1, Ray actors); add --actors "
-                     f"or drop {'it' if one else 'them'}")
+    unused = [n for n in options_with("not_with_actors" if config.actors else "actors_only") if n in given]
+    if unused:
+        flags, it = ", ".join(option_flag(n) for n in unused), "it" if len(unused) == 1 else "them"
+        if config.actors:
+            raise ValueError(f"{flags} cannot be used with --actors {config.actors}: each actor plays --actor-envs "
+                             f"envs with its own fixed epsilon (--apex-epsilon, --apex-alpha); drop {it}")
+        raise ValueError(f"{flags} only appl{'ies' if it == 'it' else 'y'} with --actors N (N >= 1, Ray actors); add "
+                         f"--actors or drop {it}")
+    unread = {name: why for name, why in unused_options(config).items() if name in given}
+    if unread:
+        why = next(iter(unread.values()))
+        same = [option_flag(n) for n, w in unread.items() if w == why]
+        raise ValueError(f"{', '.join(same)} would have no effect: {why}; drop {'it' if len(same) == 1 else 'them'}")
+
+
+def unused_options(config: Config) -> dict[str, str]:
+    """``{field: why}`` of the options that ``config``'s run offers but would not read: the
+    periodic evaluation's with ``eval_every == 0``, W&B's without ``track``, and its learner's
+    (`vecdqn.learners.LearnerSpec.unused`)."""
+    unused = dict(learner_spec(config.algo).unused(config))
+    if config.eval_every == 0:
+        unused |= dict.fromkeys(("eval_episodes", "eval_epsilon"), "--eval-every 0 turns the periodic evaluation off")
+    if not config.track:
+        unused |= dict.fromkeys(("wandb_project", "wandb_entity", "wandb_group"),
+                                "they name the Weights & Biases run of --track, which is off")
+    return unused
 
 
 def _env_field(name: str, *rules: str) -> Any:
@@ -170,8 +188,8 @@ class Config:
     learning_starts: int = _f(80_000, "agent steps of experience collected before the first update")
     train_frequency: int = _f(4, "one gradient update every this many agent steps")
     batch_size: int = _f(32, "transitions per gradient update")
-    learning_rate: float = _f(6.25e-5, "learning rate of Adam (DQN) or RAdam (PQN) (constant; see "
-                                       "--learning-rate-schedule)")
+    learning_rate: float = _f(6.25e-5, "learning rate of the learner's optimizer: Adam for the replay learners "
+                                       "(DQN's), RAdam for PQN (constant; see --learning-rate-schedule)")
     learning_rate_schedule: str = _f("", "learning rate as 'step:value,...' pairs in agent steps, linear between "
                                          "them and constant after the last (replaces --learning-rate)")
     adam_eps: float = _f(1.5e-4, "Adam epsilon")
@@ -239,7 +257,8 @@ class Config:
     save_replay: bool = _f(False, "also save the replay buffer with each checkpoint (for exact resume)",
                            "not_experiment")
     resume: str = _f("", "run folder (or checkpoint file) to continue", "fixed_by_tuner", "not_experiment")
-    worker_timeout: float = _f(60.0, "seconds an env worker may take to answer before the run stops", "not_experiment")
+    worker_timeout: float = _f(60.0, "seconds an env worker may take to answer before the run stops", "not_experiment",
+                               unit="seconds")
     eval_every: int = _f(250_000, "evaluate greedily every this many agent steps (0: off)")
     eval_episodes: int = _f(5, "whole games per periodic evaluation")
     eval_epsilon: float = _f(0.001, "epsilon of the periodic evaluation")
@@ -368,12 +387,16 @@ class Config:
 
 
 def _check_ranges(c: Config) -> None:
-    """Each number on its own: counts (none above `MAX_COUNT`), rates, probabilities."""
+    """Each number on its own: counts (none above `MAX_COUNT`), durations (none above
+    `MAX_SECONDS`), rates, probabilities."""
     for f in fields(c):
         value = getattr(c, f.name)
         if f.type == "int" and f.name != "seed" and value > MAX_COUNT:
             raise ValueError(f"{option_flag(f.name)} {value} is above 10**12, the largest count an option takes "
                              "(10**12 agent steps are over 3 years at 10,000 agent steps/s)")
+        if f.metadata["unit"] == "seconds" and value > MAX_SECONDS:
+            raise ValueError(f"{option_flag(f.name)} {value} seconds is above 10**8 (over 3 years), the longest "
+                             "duration an option takes")
     positive = [
         "total_steps", "num_envs", "buffer_size", "batch_size", "train_frequency",
         "target_update_frequency", "n_step", "log_every", "hidden_size", "eval_episodes", "per_beta_steps",

@@ -17,6 +17,8 @@ The seam (`Learner`), in the order the core calls it::
                    (store then learn then act on the vector collector: a learner whose targets
                    need the next observation's values, as PQN's, completes them in that act and
                    learns nothing until it has)
+    learner.learn(state, 0, report)  at the run's end, before its final checkpoint: what is due
+                                     with no agent step to come (PQN's last full rollout)
     learner.sync()                   before every evaluation, checkpoint or weight broadcast:
                                      any update in flight is done, a non-finite one raised here
     learner.network / state_dict()   read only after sync
@@ -164,6 +166,9 @@ class LearnerSpec:
         presets: the learner's own presets, ``{name: (source, base, values)}``: the preset ``base``
             of `vecdqn.presets` with ``values`` over it and ``algo`` set to this learner, which
             `vecdqn.presets` lists with the others.
+        unused: ``{field: why}`` of the `vecdqn.config.Config` fields a run of this config would
+            not read although the learner offers them (e.g. ε under noisy exploration); given
+            explicitly, they are refused (`vecdqn.config.check_options_used`).
     """
 
     name: str
@@ -181,6 +186,7 @@ class LearnerSpec:
     defaults: Mapping[str, Any] = field(default_factory=dict)
     agent: str | None = None
     presets: Mapping[str, tuple[str, str, Mapping[str, Any]]] = field(default_factory=dict)
+    unused: Callable[[Any], Mapping[str, str]] = lambda c: {}
 
     def load(self) -> type:
         """Its `Learner` class."""
@@ -306,6 +312,19 @@ def _check_rainbow(c: Any) -> None:
                          "the noisy layers' own initialisation); drop it")
 
 
+def _unused_by_rainbow(c: Any) -> dict[str, str]:
+    """The options a Rainbow run with these parts switched off (or on) would not read."""
+    unused = {}
+    if c.noisy:
+        why = "the noisy layers explore in place of epsilon-greedy (--noisy); add --no-noisy to act epsilon-greedily"
+        unused.update(dict.fromkeys(("epsilon_start", "epsilon_end", "epsilon_decay_steps", "epsilon_schedule"), why))
+    else:
+        unused["noisy_sigma"] = "--no-noisy leaves no noisy layer to scale"
+    if c.atoms == 1:
+        unused.update(dict.fromkeys(("v_min", "v_max"), "--atoms 1 learns expected values, with no support to bound"))
+    return unused
+
+
 LEARNERS: dict[str, LearnerSpec] = {}
 
 
@@ -368,6 +387,7 @@ register(LearnerSpec(
     # Hessel et al. 2018, Table 1: "Min history to start learning" 80K frames = 20,000 agent steps
     # (its other values are Config's defaults: vecdqn.rainbow.defaults has each with its source)
     defaults={"learning_starts": 20_000},
+    unused=_unused_by_rainbow,
     presets={
         # The learning test's Catch run: the catch preset (DQN's) with Rainbow's parts; its support
         # covers Catch's returns of -1 and +1; one learner thread (seed 1 plays greedily at 1.00

@@ -1,5 +1,6 @@
 """Named starting points of a run: ``--preset catch``, ``pong``, ``labml`` (DQN), ``catch-pqn``
-and ``atari-pqn`` (PQN, any ALE game), with ``pong-pqn`` and ``breakout-pqn`` its named instances.
+and ``atari-pqn`` (PQN, any ALE game), with ``pong-pqn`` and ``breakout-pqn`` its named instances;
+a learner's record adds its own (`vecdqn.learners.LearnerSpec.presets`, over one of these).
 
 Each preset maps `vecdqn.config.Config` option names to values; explicit command-line options
 win over them. Units as in `Config`: agent steps summed over envs unless a name says frames.

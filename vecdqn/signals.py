@@ -3,17 +3,26 @@ install and uninstall that the training core and the tuner share.
 
 The shell's convention for the exit codes: 128 + the signal's number (130 for SIGINT, 143 for
 SIGTERM).
+
+How a script's process ends (`exit_process`): once it has reported, a signal stops nothing and
+gets one line; the interpreter's teardown, where CPython would put the default handlers back (a
+Ctrl-C there killed the process with exit code 130 and no word), never runs.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import os
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-__all__ = ["Handlers", "Interrupted", "StopSignals"]
+__all__ = ["Handlers", "Interrupted", "StopSignals", "exit_process", "exit_signals"]
+
+_exit_code: int | None = None  # the code `exit_process` ends the process with, once it is called
 
 
 class Handlers:
@@ -119,3 +128,49 @@ class StopSignals:
         if self.say is not None and not self._finishing:
             self.say(f"{signal.Signals(signum).name}: finishing this step and writing a checkpoint "
                      "(send it again to stop at once)")
+
+
+def exit_signals(code: int, prog: str) -> None:
+    """From here on a SIGINT or SIGTERM stops nothing: it prints one line on stderr,
+    ``<prog>: <SIGNAL> while exiting; nothing was stopped``, and ends the process at once with
+    ``code``. For a script that has done its work and is only exiting."""
+
+    def on_signal(signum: int, frame: Any) -> None:
+        try:
+            print(f"{prog}: {signal.Signals(signum).name} while exiting; nothing was stopped", file=sys.stderr,
+                  flush=True)
+        finally:
+            os._exit(code)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)
+
+
+def exit_process(code: int, prog: str) -> NoReturn:
+    """End a script's process with ``code``, from its ``__main__`` once it has reported.
+
+    The interpreter's exit work that matters (non-daemon threads joined, then the atexit callbacks:
+    multiprocessing's child reaping, logging's and W&B's flush, Ray's shutdown) runs as usual, under
+    `exit_signals`: a SIGINT or SIGTERM there gets its one line and the same ``code``. The last
+    atexit callback, registered when vecdqn is first imported (so before any library's), then ends
+    the process with ``os._exit(code)``: the teardown after it frees memory only, as every file and
+    worker is closed by then, and a signal in it would meet the default handlers."""
+    global _exit_code
+    exit_signals(code, prog)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    _exit_code = code
+    sys.exit(code)
+
+
+@atexit.register
+def _end_before_teardown() -> None:
+    """The last atexit callback: after `exit_process`, end the process before the teardown."""
+    if _exit_code is None:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing left to tell
+            pass
+    os._exit(_exit_code)

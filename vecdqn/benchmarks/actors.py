@@ -17,7 +17,7 @@ import time
 from vecdqn.benchmarks.harness import Row, interleaved
 from vecdqn.cli import whole_number
 
-__all__ = ["QUICK", "add_arguments", "run"]
+__all__ = ["QUICK", "actor_counts", "add_arguments", "check_arguments", "run"]
 
 # --quick: the smallest sizes, for a smoke run (the numbers mean little)
 QUICK = {"actors_steps": 512, "actors_learning_starts": 256, "actors_counts": "1,2"}
@@ -35,6 +35,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--actors-counts", default="1,2,4", help="actor counts to compare (default 1,2,4)")
     group.add_argument("--actors-envs", type=whole_number, default=2,
                        help="envs per actor, and of the trainer (default 2)")
+
+
+def actor_counts(text: str) -> list[int]:
+    """``--actors-counts`` (``"1,2,4"``) as actor counts, each read as every count is
+    (`vecdqn.cli.whole_number`).
+
+    Raises:
+        ValueError: one line naming the flag: a part that is not a whole number from 1 to 10**12.
+    """
+    try:
+        counts = [whole_number(part.strip()) for part in str(text).split(",")]
+    except argparse.ArgumentTypeError as err:
+        raise ValueError(f"--actors-counts {text}: {err}") from None
+    if min(counts) < 1:
+        raise ValueError(f"--actors-counts {text}: each must be >= 1")
+    return counts
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` (one line) for ``--actors-counts`` that `actor_counts` refuses."""
+    actor_counts(args.actors_counts)
 
 
 def _flags(args: argparse.Namespace, log_dir: str, actors: int) -> list[str]:
@@ -78,7 +99,7 @@ def run(args: argparse.Namespace) -> list[Row]:
     except ImportError:
         print('--actors: skipped, the ray package is not installed (pip install -e ".[ray]")')
         return []
-    counts = [int(n) for n in str(args.actors_counts).split(",")]
+    counts = actor_counts(args.actors_counts)
     print(f"timing {ENV} with 0 (trainer), {', '.join(map(str, counts))} actors x {args.actors_envs} envs "
           f"({args.actors_steps} agent steps after {args.actors_learning_starts}) ...", flush=True)
     owns = start_ray("", max(counts))

@@ -40,6 +40,9 @@ QUICK = {"env_nums": [2], "env_steps": 64}
 
 IMPLS = ("ale_vector", "vecdqn", "vecdqn_batched", "gymnasium", "plain_loop")
 
+# Vector steps of random actions drawn at a time (4096 x 128 envs x 8 bytes = 4 MiB).
+ACTION_BLOCK = 4096
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("--env section")
@@ -50,7 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="agent steps (summed over envs) per timed block (default 8000)")
     group.add_argument("--env-id", default=None,
                        help=f"the game (default {ENV_ID}); with --estimate also the game its preset runs, in place "
-                            "of the preset's own (e.g. --preset atari-pqn --env-id SeaquestNoFrameskip-v4)")
+                            "of the preset's own (e.g. --preset atari-pqn --env-id SeaquestNoFrameskip-v4; a preset "
+                            "whose published result is on its own game then gets no minutes to it)")
     group.add_argument("--env-screen-size", type=whole_number, default=84,
                        help="observation side in pixels (default 84)")
     group.add_argument("--env-ks", type=whole_number, nargs="+", default=None,
@@ -182,14 +186,18 @@ def env_steps_per_second(env, num_envs: int, agent_steps: int, rng: np.random.Ge
     """Agent steps per second of ``env`` (reset first) under uniformly random actions drawn from
     ``rng``, after 10 untimed vector steps; ``agent_steps`` summed over envs."""
     vector_steps = max(1, agent_steps // num_envs)
-    actions = rng.integers(int(env.single_action_space.n), size=(vector_steps + 10, num_envs))
+    n_actions = int(env.single_action_space.n)
     env.reset(seed=0)
-    for a in actions[:10]:
+    for a in rng.integers(n_actions, size=(10, num_envs)):
         env.step(a)
-    start = time.perf_counter()
-    for a in actions[10:]:
-        env.step(a)
-    seconds = time.perf_counter() - start
+    seconds, left = 0.0, vector_steps
+    while left:  # actions drawn in blocks, outside the timing: memory stays small for any --env-steps
+        block = rng.integers(n_actions, size=(min(left, ACTION_BLOCK), num_envs))
+        start = time.perf_counter()
+        for a in block:
+            env.step(a)
+        seconds += time.perf_counter() - start
+        left -= len(block)
     if isinstance(env, PlainLoop):  # its games on one core, times the cores
         return vector_steps * env.games.count * env.cores / seconds
     return vector_steps * num_envs / seconds

@@ -27,19 +27,23 @@ COLUMNS = ["bench", "op", "impl", "num_envs", "capacity", "batch_size", "value",
 ENV_ID = "BreakoutNoFrameskip-v4"
 
 
-def check_train_options(flag: str, options: str, preset: str) -> list[str]:
+def check_train_options(flag: str, options: str, preset: str, env_id: str | None = None) -> list[str]:
     """``options`` (a section's ``train.py`` options, e.g. ``--estimate-options``) split as a shell
-    would, checked as ``train.py --preset preset`` would check them; returns the words.
+    would, checked as ``train.py --preset preset [--env-id env_id]`` would check them before any
+    worker starts; returns the words (without ``--env-id env_id``).
 
     Raises:
-        ValueError: one line naming ``flag``: a ``--preset`` or ``--resume`` among the options (the
-            section runs its own preset, fresh), a quote left open, an option ``train.py``
-            refuses, or an env id or env option it would refuse before starting its envs.
+        ValueError: one line naming ``flag`` (``--preset preset`` where ``options`` is empty): a
+            ``--preset`` or ``--resume`` among the options (the section runs its own preset,
+            fresh), a quote left open, an option ``train.py`` refuses, an env id or env option it
+            would refuse, or an env whose observations it cannot use or whose game cannot start
+            (`vecdqn.preflight.check_env_starts`: one env made and reset here).
     """
     import shlex
 
     from vecdqn.cli import UsageError, parse_config
     from vecdqn.envs import check_env_options
+    from vecdqn.preflight import check_env_starts
 
     try:
         words = shlex.split(options)
@@ -49,11 +53,14 @@ def check_train_options(flag: str, options: str, preset: str) -> list[str]:
         if word.split("=")[0] in ("--preset", "--resume"):
             raise ValueError(f"{flag} {options!r}: {word.split('=')[0]} cannot be given there; the section runs "
                              f"--preset {preset} in a new run folder (choose the preset with --preset)")
+    game = ["--env-id", env_id] if env_id is not None else []
+    said = f"{flag} {options!r}" if options.strip() else f"--preset {preset}"
     try:
-        config, _ = parse_config(["--preset", preset, *words])
+        config, _ = parse_config(["--preset", preset, *words, *game])
         check_env_options(config.env_id, config.env_options())
+        check_env_starts(config)
     except (UsageError, ValueError) as err:  # its pointer to train.py's --help goes: the line ends with benchmark.py's
-        raise ValueError(f"{flag} {options!r}: {re.sub(r' [(]see [^ ]+ --help[)]$', '', str(err))}") from None
+        raise ValueError(f"{said}: {re.sub(r' [(]see [^ ]+ --help[)]$', '', str(err))}") from None
     return words
 
 

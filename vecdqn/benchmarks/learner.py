@@ -14,7 +14,7 @@ import numpy as np
 
 from vecdqn.benchmarks.harness import Row
 from vecdqn.benchmarks.loop import loop_rows, options_note
-from vecdqn.cli import finite_number, whole_number
+from vecdqn.cli import duration, whole_number
 
 __all__ = ["QUICK", "add_arguments", "learner_updates_per_second", "random_batch", "run", "torch_threads"]
 
@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--amp", default="off", choices=list(AMP_DTYPES), help="autocast of the agents (default off)")
     group.add_argument("--replay-device", default="",
                        help="device of the frames' copy in the loop rows and in an extra --train row (default none)")
-    group.add_argument("--learner-seconds", type=finite_number, default=3.0,
+    group.add_argument("--learner-seconds", type=duration, default=3.0,
                        help="seconds each learner row is timed for (default 3; --quick: 0.1)")
     group.add_argument("--loop-batches", type=whole_number, nargs="*", default=[32],
                        help="batch sizes of the learner-loop rows; none to skip them (default 32)")

@@ -20,7 +20,7 @@ import numpy as np
 
 from vecdqn.benchmarks.harness import Row, interleaved
 from vecdqn.benchmarks.learner import random_batch
-from vecdqn.cli import finite_number, whole_number
+from vecdqn.cli import duration, whole_number
 
 __all__ = ["QUICK", "add_arguments", "run", "update_timer"]
 
@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="batch sizes to time, in transitions per update (default: the preset's); the note gives "
                             "ms per sampled transition, to compare a batch of 2B every 2 agent steps with B "
                             "every agent step")
-    group.add_argument("--update-seconds", type=finite_number, default=3.0,
+    group.add_argument("--update-seconds", type=duration, default=3.0,
                        help="seconds each variant is timed for in each round (default 3)")
 
 

@@ -11,6 +11,7 @@ added to `FAMILIES` before the catch-all.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 
@@ -21,7 +22,8 @@ from vecdqn.envs.catch import CATCH_ID
 from vecdqn.envs.options import EnvOptions
 from vecdqn.envs.wrappers import EpisodicLife, FireReset, MaxAndSkip, NoopReset, action_meanings
 
-__all__ = ["ALE_FPS", "EnvFamily", "FAMILIES", "check_env_id", "check_family_options", "env_family", "register_envs"]
+__all__ = ["ALE_FPS", "EnvFamily", "FAMILIES", "check_env_id", "check_family_options", "close_env_ids", "env_family",
+           "register_envs"]
 
 # The ALE's emulator runs at 60 frames per second (the NTSC Atari 2600's rate).
 ALE_FPS = 60.0
@@ -44,16 +46,50 @@ def register_envs() -> None:
 
 
 def check_env_id(env_id: str) -> None:
-    """Raise ``ValueError`` unless ``env_id`` is registered (naming close matches among the ids
-    vecdqn trains on: the ALE's games and Catch)."""
+    """Raise ``ValueError`` unless ``env_id`` is registered, naming the ids vecdqn trains on that
+    are close to it (`close_env_ids`).
+
+    >>> check_env_id("Seaquest")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown env id 'Seaquest'; did you mean SeaquestNoFrameskip-v4?
+    """
     if not isinstance(env_id, str):
-        raise ValueError(f"env_id={env_id!r} is invalid; use a registered id such as 'ALE/Breakout-v5'")
+        raise ValueError(f"env_id={env_id!r} is invalid; use a registered id such as 'BreakoutNoFrameskip-v4'")
     register_envs()
     if env_id not in gym.registry:
-        ids = [name for name, spec in gym.registry.items() if spec.entry_point == ALE_ENTRY_POINT or name == CATCH_ID]
-        close = difflib.get_close_matches(env_id, ids, n=5, cutoff=0.6)
-        hint = f"did you mean one of {close}?" if close else "see gymnasium.registry for ids"
+        close = close_env_ids(env_id)
+        hint = (f"did you mean {close[0]}?" if len(close) == 1 else f"did you mean one of {close}?" if close else
+                "no id vecdqn trains on is close: use an ALE game's <Game>NoFrameskip-v4 (e.g. "
+                f"BreakoutNoFrameskip-v4), {CATCH_ID}, or a registered gymnasium id with image observations")
         raise ValueError(f"unknown env id {env_id!r}; {hint}")
+
+
+def _game_key(env_id: str) -> str:
+    """The game an id names, as a lowercase word: namespace, version, ``NoFrameskip`` and
+    punctuation dropped (``"ALE/Space_Invaders-v6"`` -> ``"spaceinvaders"``)."""
+    name = re.sub(r"-v\d+$", "", env_id.rsplit("/", 1)[-1])
+    name = re.sub(r"(NoFrameskip|Deterministic)$", "", name, flags=re.IGNORECASE)
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def close_env_ids(env_id: str) -> list[str]:
+    """The ids vecdqn trains on whose game is ``env_id``'s (``"Seaquest"``,
+    ``"SeaquestNoFrameskip-v5"``: ``["SeaquestNoFrameskip-v4"]``), else up to 5 whose games' names are
+    close to it (difflib, cutoff 0.6): the ALE's games as ``<Game>NoFrameskip-v4``, the ids the
+    presets use (also as ``ALE/<Game>-v5`` for an id written ``ALE/...``), and Catch."""
+    register_envs()
+    ids: dict[str, list[str]] = {_game_key(CATCH_ID): [CATCH_ID]}
+    for spec in gym.registry.values():
+        if spec.entry_point != ALE_ENTRY_POINT:
+            continue
+        if spec.namespace is None and spec.name.endswith("NoFrameskip") and spec.version == 4:
+            ids.setdefault(_game_key(spec.id), []).insert(0, spec.id)
+        elif spec.namespace == "ALE" and spec.version == 5 and env_id.startswith("ALE/"):
+            ids.setdefault(_game_key(spec.id), []).append(spec.id)
+    key = _game_key(env_id)
+    games = [key] if key in ids else difflib.get_close_matches(key, list(ids), n=5, cutoff=0.6)
+    return [one for game in games for one in ids[game]]
 
 
 def _make_ale(env_id: str, o: EnvOptions, base_wrapper: BaseWrapper) -> gym.Env:

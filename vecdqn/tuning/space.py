@@ -10,7 +10,9 @@ line in a file (``--space-file``; ``#`` starts a comment)::
 
 ``NAME`` is a `vecdqn.config.Config` field as ``train.py`` spells it (``learning_rate``,
 ``learning-rate`` and ``--learning-rate`` are the same). Ranges are inclusive; ``:log`` needs a
-low end above zero. Options that name or move the run (``--run-name``, ``--log-dir``,
+low end above zero. The numbers of an integer option (range ends and choices) are whole numbers
+written as ``train.py`` takes them (`vecdqn.cli.whole_number`): ``n_step=1:1000``, not ``1:1e3``
+or ``1:1000.0``. Options that name or move the run (``--run-name``, ``--log-dir``,
 ``--resume``), pick a preset, or set tracking cannot vary.
 
 Every error is a `SpaceError`, one line naming the dimension as given and what is allowed.
@@ -18,13 +20,14 @@ Every error is a `SpaceError`, one line naming the dimension as given and what i
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vecdqn.cli import OPTION_TYPES, option_flags
+from vecdqn.cli import OPTION_TYPES, option_flags, whole_number
 from vecdqn.config import option_flag, options_with
 
 __all__ = ["FIXED_BY_TUNER", "MAX_CHECKED_VALUES", "Dimension", "SpaceError", "option_flags", "parse_dimension",
@@ -97,22 +100,31 @@ def _field_name(text: str) -> str:
 
 
 def _number(text: str, kind: str, spec: str, name: str) -> float | int:
-    """``text`` as option ``name``'s number type (``"1e3"`` is accepted for an integer option), in the
-    ASCII digits 0-9 only (Python's ``float`` also reads other scripts' digits)."""
+    """``text`` as option ``name``'s number type, in the ASCII digits 0-9 only (Python's ``float``
+    also reads other scripts' digits): for an integer option a whole number as ``train.py`` reads
+    it (`vecdqn.cli.whole_number`: ``1000``, not ``1e3`` or ``1000.0``; at most 10**12), for a
+    decimal option a finite number."""
+    shown = text.strip()
     try:
         if not text.isascii():
             raise ValueError(text)
         value = float(text)
     except ValueError:
-        raise SpaceError(f"--space {spec}: {text.strip()!r} is not a number in the digits 0-9") from None
+        raise SpaceError(f"--space {spec}: {shown!r} is not a number in the digits 0-9") from None
     if not math.isfinite(value):
-        raise SpaceError(f"--space {spec}: {text.strip()!r} is not a finite number")
-    if kind == "int":
-        if value != int(value):
-            raise SpaceError(f"--space {spec}: {text.strip()!r} is not a whole number, and {option_flag(name)} "
-                             "takes whole numbers")
-        return int(value)
-    return value
+        raise SpaceError(f"--space {spec}: {shown!r} is not a finite number")
+    if kind != "int":
+        return value
+    try:
+        int(text)  # Python's integer syntax, as whole_number reads it
+    except ValueError:
+        written = f": {int(value)}, not {shown}" if value.is_integer() else ""
+        raise SpaceError(f"--space {spec}: {shown!r} is not a whole number, and {option_flag(name)} takes whole "
+                         f"numbers, written in the digits 0-9 as train.py reads them{written}") from None
+    try:
+        return whole_number(text)
+    except argparse.ArgumentTypeError as err:  # beyond the limit of every count
+        raise SpaceError(f"--space {spec}: {err}") from None
 
 
 def _choice(text: str, kind: str, spec: str, name: str) -> Any:
@@ -135,7 +147,8 @@ def parse_dimension(spec: str) -> Dimension:
 
     Raises:
         SpaceError: not ``NAME=SPEC``; an unknown or fixed option; a range for an on/off or text
-            option; a bound that is not a number (or not whole, for an integer option); an empty
+            option; a bound that is not a finite number (for an integer option: not a whole number
+            in the digits 0-9, e.g. ``1e3``, or one beyond 10**12); an empty
             range (low not below high); a log scale whose low end is not above zero; a repeated
             choice.
     """

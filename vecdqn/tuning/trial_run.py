@@ -61,7 +61,8 @@ def child_main() -> None:
     import threading
     import time
 
-    from vecdqn.cli import exit_process, main
+    from vecdqn.cli import PROG, main
+    from vecdqn.signals import exit_process
 
     tuner = int(os.environ.pop(_TUNER_PID, "0")) or os.getppid()
 
@@ -71,7 +72,7 @@ def child_main() -> None:
         os.kill(os.getpid(), signal.SIGINT)
 
     threading.Thread(target=watch, name="tuner-watch", daemon=True).start()
-    exit_process(main(sys.argv[1:]))  # as scripts/train.py ends
+    exit_process(main(sys.argv[1:]), PROG)  # as scripts/train.py ends
 
 
 class TrialProcess:
