@@ -42,7 +42,8 @@ and these columns, each one number:
   ``value ± spread`` (`vecdqn.scores.anchor`: CleanRL PQN, else CleanRL DQN, else the RL Zoo's
   DQN), who published it, and its kind: ``T`` a training return, ``E`` an evaluation of a
   trained model (a note below the table says so).
-- best ≥ anchor: ``yes`` where the best evaluation is at least the anchor's value, else ``no``.
+- ≥ anchor (like with like): ``yes`` where the run's score of the anchor's kind is at least the
+  anchor's value (for ``T`` its training mean, for ``E`` its best evaluation), else ``no``.
 - Nature DQN 50M: Mnih et al. 2015's score after 50M agent steps (`vecdqn.scores.nature_dqn`),
   the nearest longer budget.
 
@@ -293,10 +294,13 @@ class SuiteRow:
 
     @property
     def reaches_anchor(self) -> bool | None:
-        """Whether the best evaluation is at least the anchor's value; None without either."""
-        if self.best is None or self.anchor is None:
+        """Whether the run's score of the anchor's kind (the training mean beside a training return,
+        the best evaluation beside an evaluation) is at least the anchor's value; None without either."""
+        if self.anchor is None:
             return None
-        return self.best.value >= self.anchor.value
+        if self.anchor.kind == TRAINING:
+            return None if math.isnan(self.training) else self.training >= self.anchor.value
+        return None if self.best is None else self.best.value >= self.anchor.value
 
 
 def _game(run: RunCurves) -> tuple[str, str | None]:
@@ -434,7 +438,7 @@ def suite_table(runs: Sequence[RunCurves]) -> str:
     rows = suite_rows(runs)
     header = ["game", "last greedy", "at agent step", "minutes", "best greedy", "at agent step", "minutes",
               "last / best", "trained to (agent step)", f"training (last {runs[0].window} games)", "HNS last",
-              "HNS best", "10M anchor", "anchor source", "kind", "best ≥ anchor", "Nature DQN 50M"]
+              "HNS best", "10M anchor", "anchor source", "kind", "≥ anchor (like with like)", "Nature DQN 50M"]
     members = ", ".join(f"{row.game} `{row.run.path}`" for row in rows)
     heading = (f"**Suite of {len(rows)} run" + "s" * (len(rows) > 1) + f"**: {members}; greedy: the evaluations of "
                f"each run's kept checkpoints (eval/return_mean, the mean score of whole games); training: the mean "
