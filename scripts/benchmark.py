@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from vecdqn.benchmarks import QUICK, SECTIONS, Row, run_sections  # noqa: E402
-from vecdqn.cli import OneLineErrorParser, UsageError, fail, whole_number  # noqa: E402
+from vecdqn.cli import OneLineErrorParser, UsageError, exit_code, fail, whole_number  # noqa: E402
 
 PROG = "benchmark.py"
 
@@ -73,5 +73,11 @@ def main(argv: list[str] | None = None) -> list[Row]:
     return run_sections(args, chosen, args.json)
 
 
+def run(argv: list[str] | None = None) -> int:
+    """`main` as the script runs it; its exit code: 0 done, 2 a bad command line, 130/143 stopped by
+    SIGINT/SIGTERM (one line on stderr, no table)."""
+    return exit_code(PROG, lambda: main(argv) and None, stop_on_signals=True)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(run())

@@ -70,7 +70,6 @@ from vecdqn.curves import EVAL_TAG, Scalars, best_point, checkpoint_evals, last_
 from vecdqn.evaluation import EvalResult, evaluate, periodic_eval_seed  # noqa: E402
 from vecdqn.metrics import EvalLog, EvaluationRunning  # noqa: E402
 from vecdqn.scores import HUMAN_RANDOM_SCORES  # noqa: E402
-from vecdqn.signals import Handlers  # noqa: E402
 from vecdqn.staging import select_device  # noqa: E402
 
 PROG = "evaluate.py"
@@ -303,16 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     is played; 130/143 stopped by SIGINT/SIGTERM (the results of the checkpoints done are kept in
     ``--json``; ``checkpoint-evals/`` is left as it was). Both signals are handled as Ctrl-C, also
     where a shell started the process in the background with SIGINT ignored."""
-    received: list[int] = []
-
-    def on_signal(signum: int, frame: object) -> None:
-        received.append(signum)
-        raise KeyboardInterrupt
-
-    with Handlers(on_signal):
-        code = exit_code(PROG, lambda: _evaluate(argv),
-                         bad_input=(CheckpointError, EvaluationRunning, ValueError, OSError, gym.error.Error))
-    return 128 + received[0] if code == 130 and received else code
+    return exit_code(PROG, lambda: _evaluate(argv), stop_on_signals=True,
+                     bad_input=(CheckpointError, EvaluationRunning, ValueError, OSError, gym.error.Error))
 
 
 def _evaluate(argv: list[str] | None) -> None:

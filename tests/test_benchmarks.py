@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,17 @@ def test_table_and_json(tmp_path):
     (["--pqn", "--pqn-steps", "512"], "--pqn-steps 512 is shorter than two rollouts of --rollout-steps 32 x "
                                       "--pqn-envs 128 = 4096 agent steps"),
     (["--pqn", "--pqn-options=--resume=runs/x"], "--pqn-options '--resume=runs/x': --resume cannot be given"),
+    # the replay, learner, soak and train sections' sizes and devices: these ran into numpy's or torch's errors
+    (["--replay", "--replay-batches", "32", "0"], "--replay-batches 32 0: each must be >= 1"),
+    (["--replay", "--replay-capacity", "0"], "--replay-capacity 0 must be >= 1"),
+    (["--learner", "--learner-seconds", "0"], "--learner-seconds 0 must be > 0"),
+    (["--learner", "--device", "gpu"], "--device 'gpu' is not one of auto, cpu, cuda"),
+    (["--learner", "--loop-capacity", "0"], "--loop-capacity 0 must be >= 1"),
+    (["--learner", "--torch-threads", "-1"], "--torch-threads -1 must be >= 0"),
+    (["--soak", "--soak-every", "0"], "--soak-every 0 must be >= 1"),
+    (["--train", "--train-steps", "0"], "--train-steps 0 must be >= 1"),
+    (["--train", "--train-learning-starts", "-1"], "--train-learning-starts -1 must be >= 0"),
+    (["--train", "--replay-device", "nope"], "--replay-device 'nope' is not one of auto, cpu, cuda"),
 ])
 def test_command_line_errors_are_one_line(capsys, argv, message):
     cli = load_cli()
@@ -108,6 +120,22 @@ def test_command_line_errors_are_one_line(capsys, argv, message):
     err = capsys.readouterr().err
     assert exit_info.value.code == 2
     assert err.count("\n") == 1 and message in err and err.rstrip().endswith("(see benchmark.py --help)")
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_stops_a_benchmark_in_one_line(capsys, monkeypatch, signum, code):
+    """SIGTERM killed it without a word and Ctrl-C ended in a traceback; both now stop it with one
+    line and 128 + the signal, also where SIGINT was inherited ignored (a shell's ``&``)."""
+    cli = load_cli()
+    monkeypatch.setattr(SECTIONS["replay"], "run", lambda args: signal.raise_signal(signum) or [])
+    previous = signal.signal(signum, signal.SIG_IGN)
+    try:
+        assert cli.run(["--replay", "--quick"]) == code
+        assert signal.getsignal(signum) == signal.SIG_IGN  # put back
+    finally:
+        signal.signal(signum, previous)
+    out, err = capsys.readouterr()
+    assert err == "benchmark.py: interrupted\n" and out == ""
 
 
 def test_quick_sizes_pass_their_sections_checks():

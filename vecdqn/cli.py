@@ -16,6 +16,7 @@ module's parser and exit codes without loading it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import signal
@@ -31,6 +32,7 @@ from vecdqn.config import MAX_COUNT, MAX_SECONDS, Config, check_options_used, op
 from vecdqn.learners import LEARNERS, learner_spec, learners_using
 from vecdqn.presets import PRESET_SOURCES, PRESETS, check_preset
 from vecdqn.schedules import SCHEDULE_SHORTHANDS, replaced_options
+from vecdqn.signals import as_ctrl_c
 
 if TYPE_CHECKING:
     from vecdqn.trainer import TrainerBase
@@ -151,23 +153,25 @@ def error_line(prog: str, err: BaseException) -> str:
     return f"{prog}: error: {message.splitlines()[0] if message else type(err).__name__}"
 
 
-def exit_code(prog: str, body: Callable[[], int | None],
-              bad_input: tuple[type[BaseException], ...] = ()) -> int:
-    """Run a script's ``body`` and map its outcome to the exit code every script uses.
+def exit_code(prog: str, body: Callable[[], int | None], bad_input: tuple[type[BaseException], ...] = (),
+              stop_on_signals: bool = False) -> int:
+    """Run a script's ``body`` and map its outcome to the exit code every script uses; with
+    ``stop_on_signals`` SIGINT and SIGTERM stop it as Ctrl-C does (`vecdqn.signals.as_ctrl_c`).
 
     Returns:
         ``body``'s own code (None: 0); 2 for a `UsageError` or one of ``bad_input`` (the script's
         errors for input it cannot use, e.g. a corrupt checkpoint), printed as `error_line`;
-        130 for Ctrl-C, printed as ``<prog>: interrupted``.
+        130 for Ctrl-C (143 for SIGTERM), printed as ``<prog>: interrupted``.
     """
-    try:
-        code = body()
-    except (UsageError, *bad_input) as err:
-        print(error_line(prog, err), file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+    with as_ctrl_c() if stop_on_signals else contextlib.nullcontext([]) as received:
+        try:
+            code = body()
+        except (UsageError, *bad_input) as err:
+            print(error_line(prog, err), file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print(f"{prog}: interrupted", file=sys.stderr)
+            return 128 + received[-1] if received else 130
     return 0 if code is None else code
 
 

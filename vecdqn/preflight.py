@@ -116,7 +116,7 @@ def check_env_starts(config: Config) -> int:
     except ValueError as err:
         raise ConfigError(
             f"--env-id {config.env_id} cannot be used: {err}. vecdqn trains on envs with image observations, "
-            "such as ALE games ('ALE/Breakout-v5') or 'vecdqn/Catch-v0'"
+            "such as ALE games ('BreakoutNoFrameskip-v4') or 'vecdqn/Catch-v0'"
         ) from None
     try:
         env.reset(seed=config.seed)

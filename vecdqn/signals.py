@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
-__all__ = ["Handlers", "Interrupted", "StopSignals", "exit_process", "exit_signals"]
+__all__ = ["Handlers", "Interrupted", "StopSignals", "as_ctrl_c", "exit_process", "exit_signals"]
 
 _exit_code: int | None = None  # the code `exit_process` ends the process with, once it is called
 
@@ -48,6 +48,21 @@ class Handlers:
 
     def __exit__(self, *exc: Any) -> None:
         self.uninstall()
+
+
+@contextlib.contextmanager
+def as_ctrl_c() -> Iterator[list[int]]:
+    """Inside, SIGINT and SIGTERM raise ``KeyboardInterrupt`` (a SIGINT too where the process was
+    started with it ignored, as a shell's ``&`` does); yields the list the signals received are
+    appended to. For a script with nothing to save when it is stopped."""
+    received: list[int] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    with Handlers(on_signal):
+        yield received
 
 
 class Interrupted(Exception):

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from vecdqn.benchmarks.harness import ENV_ID, Row, interleaved
+from vecdqn.benchmarks.harness import ENV_ID, Row, check_counts, interleaved
 from vecdqn.cli import whole_number
 
 __all__ = ["QUICK", "add_arguments", "ale_game", "check_arguments", "emulator_ceiling", "env_steps_per_second",
@@ -74,10 +74,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     from vecdqn.envs import EnvOptions
     from vecdqn.envs.family import check_env_id
 
-    for flag, values in (("--env-nums", args.env_nums), ("--env-steps", [args.env_steps]),
-                         ("--env-ks", args.env_ks or [])):
-        if min(values, default=1) < 1:
-            raise ValueError(f"{flag} {' '.join(map(str, values))}: each must be >= 1")
+    check_counts(args, "env_nums", "env_steps", "env_ks")
     EnvOptions(screen_size=args.env_screen_size).validate(lambda option: "--env-" + option.replace("_", "-"))
     if not hasattr(ale_py, "AtariVectorEnv"):
         raise ValueError(f"--env needs ale-py >= 0.11, whose AtariVectorEnv is the section's anchor; this ale-py is "

@@ -7,6 +7,7 @@ same round (median over rounds), ``None`` where a row has no anchor.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -17,14 +18,30 @@ from pathlib import Path
 
 from vecdqn.preflight import available_memory_bytes
 
-__all__ = ["COLUMNS", "ENV_ID", "Row", "available_memory_bytes", "check_train_options", "format_table", "interleaved",
-           "print_table", "rss_bytes", "time_block", "write_json"]
+__all__ = ["COLUMNS", "ENV_ID", "Row", "available_memory_bytes", "check_counts", "check_train_options", "format_table",
+           "interleaved", "print_table", "rss_bytes", "time_block", "write_json"]
 
 Row = dict
 COLUMNS = ["bench", "op", "impl", "num_envs", "capacity", "batch_size", "value", "unit", "ratio", "anchor", "note"]
 
 # The game every section that steps an emulator plays: a common Atari benchmark, with FIRE.
 ENV_ID = "BreakoutNoFrameskip-v4"
+
+
+def check_counts(args: argparse.Namespace, *dests: str, least: int = 1) -> None:
+    """Refuse a value below ``least`` of the options ``dests`` (their argparse names; a value may be
+    a list, or None for an option not given).
+
+    Raises:
+        ValueError: one line naming the first such option, its values and the bound.
+    """
+    for dest in dests:
+        value = getattr(args, dest)
+        values = [] if value is None else value if isinstance(value, list) else [value]
+        if min(values, default=least) < least:
+            flag = "--" + dest.replace("_", "-")
+            each = ": each" if isinstance(value, list) else ""
+            raise ValueError(f"{flag} {' '.join(map(str, values))}{each} must be >= {least}")
 
 
 def check_train_options(flag: str, options: str, preset: str, env_id: str | None = None) -> list[str]:

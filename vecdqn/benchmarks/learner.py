@@ -12,11 +12,12 @@ import time
 
 import numpy as np
 
-from vecdqn.benchmarks.harness import Row
+from vecdqn.benchmarks.harness import Row, check_counts
 from vecdqn.benchmarks.loop import loop_rows, options_note
 from vecdqn.cli import duration, whole_number
 
-__all__ = ["QUICK", "add_arguments", "learner_updates_per_second", "random_batch", "run", "torch_threads"]
+__all__ = ["QUICK", "add_arguments", "check_arguments", "check_devices", "learner_updates_per_second", "random_batch",
+           "run", "torch_threads"]
 
 # --quick: the smallest sizes, for a smoke run (the numbers mean little)
 QUICK = {"learner_batches": [8], "loop_batches": [8], "loop_capacity": 2048}
@@ -45,6 +46,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="batch sizes of the learner-loop rows; none to skip them (default 32)")
     group.add_argument("--loop-capacity", type=whole_number, default=2**15,
                        help="replay slots filled for the learner-loop rows (default 2^15)")
+
+
+def check_devices(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` (one line) for a ``--device`` or ``--replay-device`` this machine lacks
+    (`vecdqn.staging.select_device`) or ``--torch-threads`` below 0."""
+    from vecdqn.staging import select_device
+
+    select_device(args.device, "--device")
+    if args.replay_device:
+        select_device(args.replay_device, "--replay-device")
+    check_counts(args, "torch_threads", least=0)
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` (one line, naming the flag) for a batch size, env count or capacity
+    below 1, a ``--learner-seconds`` of 0, or a device this machine lacks (`check_devices`)."""
+    check_counts(args, "learner_batches", "num_envs", "loop_batches", "loop_capacity")
+    if args.learner_seconds <= 0:
+        raise ValueError(f"--learner-seconds {args.learner_seconds:g} must be > 0")
+    check_devices(args)
 
 
 def torch_threads(args: argparse.Namespace) -> int:

@@ -26,12 +26,12 @@ from collections.abc import Callable
 import numpy as np
 
 from vecdqn.benchmarks.baselines import LoopPriorityIndex
-from vecdqn.benchmarks.harness import Row, available_memory_bytes, interleaved, rss_bytes, time_block
+from vecdqn.benchmarks.harness import Row, available_memory_bytes, check_counts, interleaved, rss_bytes, time_block
 from vecdqn.benchmarks.stacked_replay import StackedReplayBuffer
 from vecdqn.cli import whole_number
 from vecdqn.replay import PrioritizedReplayBuffer, PriorityIndex, last_wins
 
-__all__ = ["OBS_SHAPE", "QUICK", "FrameStackData", "ReplayBench", "add_arguments", "run"]
+__all__ = ["OBS_SHAPE", "QUICK", "FrameStackData", "ReplayBench", "add_arguments", "check_arguments", "run"]
 
 OBS_SHAPE = (4, 84, 84)
 
@@ -50,6 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--replay-envs", type=whole_number, default=8, help="N envs per add (default 8)")
     group.add_argument("--replay-batches", type=whole_number, nargs="+", default=[32, 512],
                        help="sample batch sizes (default 32 512)")
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` (one line, naming the flag) for a capacity, env count or batch size below 1."""
+    check_counts(args, "replay_capacity", "replay_stacked_capacity", "replay_envs", "replay_batches")
 
 
 class FrameStackData:

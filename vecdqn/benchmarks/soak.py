@@ -14,10 +14,10 @@ import argparse
 import tempfile
 from dataclasses import dataclass, field
 
-from vecdqn.benchmarks.harness import Row
+from vecdqn.benchmarks.harness import Row, check_counts
 from vecdqn.cli import whole_number
 
-__all__ = ["QUICK", "Sampler", "SoakSample", "add_arguments", "run", "soak"]
+__all__ = ["QUICK", "Sampler", "SoakSample", "add_arguments", "check_arguments", "run", "soak"]
 
 # --quick: a short run (the numbers mean little)
 QUICK = {"soak_steps": 4_000, "soak_every": 1_000, "soak_buffer": 1_000}
@@ -31,6 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--soak-every", type=whole_number, default=10_000,
                        help="sample every this many agent steps once the replay is full (default 10000)")
     group.add_argument("--soak-buffer", type=whole_number, default=10_000, help="replay capacity (default 10000)")
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` (one line, naming the flag) for a step count or capacity below 1."""
+    check_counts(args, "soak_steps", "soak_every", "soak_buffer")
 
 
 @dataclass

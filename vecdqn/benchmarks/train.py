@@ -18,11 +18,12 @@ import numpy as np
 
 from vecdqn.benchmarks.baselines import SingleEnvLoop
 from vecdqn.benchmarks.env import env_steps_per_second
-from vecdqn.benchmarks.harness import ENV_ID, Row, interleaved
-from vecdqn.benchmarks.learner import learner_updates_per_second, torch_threads
+from vecdqn.benchmarks.harness import ENV_ID, Row, check_counts, interleaved
+from vecdqn.benchmarks.learner import check_devices, learner_updates_per_second, torch_threads
 from vecdqn.cli import whole_number
 
-__all__ = ["PLAIN_DQN", "QUICK", "add_arguments", "run", "single_loop_sps", "trainer_learning_sps"]
+__all__ = ["PLAIN_DQN", "QUICK", "add_arguments", "check_arguments", "run", "single_loop_sps",
+           "trainer_learning_sps"]
 
 # --quick: the smallest sizes, for a smoke run (the numbers mean little)
 QUICK = {"train_steps": 64, "train_learning_starts": 64, "num_envs": 2}
@@ -39,6 +40,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="agent steps measured after learning starts (default 2000)")
     group.add_argument("--train-learning-starts", type=whole_number, default=2000,
                        help="agent steps collected before the measured part (default 2000)")
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` (one line, naming the flag) for ``--train-steps``, ``--num-envs`` or
+    ``--env-steps`` below 1, ``--train-learning-starts`` below 0, or a device this machine lacks."""
+    check_counts(args, "train_steps", "num_envs", "env_steps")
+    check_counts(args, "train_learning_starts", least=0)
+    check_devices(args)
 
 
 def trainer_learning_sps(args: argparse.Namespace, extra: list[str]) -> float:
