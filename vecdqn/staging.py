@@ -20,10 +20,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-__all__ = ["AMP_DTYPES", "AMP_NAMES", "BF16_CPU_FLAGS", "DEVICE_NAMES", "FIELD_DTYPES", "DeviceBatch",
-           "PendingUpdate", "adam", "amp_dtype", "announce_amp", "check_amp", "cpu_flags", "default_torch_threads",
-           "gradient_step", "native_bf16_flag", "on_device", "pinned", "resolve_amp", "select_device", "stage",
-           "to_device"]
+__all__ = ["AMP_DTYPES", "AMP_NAMES", "BF16_CPU_FLAGS", "DEVICE_NAMES", "FIELD_DTYPES", "DeviceBatch", "PendingUpdate",
+           "ScheduledLearningRate", "adam", "amp_dtype", "announce_amp", "check_amp", "cpu_flags",
+           "default_torch_threads", "gradient_step", "native_bf16_flag", "on_device", "pinned", "resolve_amp",
+           "select_device", "stage", "to_device"]
 
 # The --amp modes and the autocast dtype each one means (None: full fp32)
 AMP_DTYPES: dict[str, torch.dtype | None] = {"off": None, "bf16": torch.bfloat16}
@@ -175,6 +175,23 @@ def gradient_step(optimizer: torch.optim.Optimizer, parameters: Any, max_grad_no
         grad_norm = torch.zeros((), device=loss.device)
     optimizer.step()
     return PendingUpdate(torch.cat([td_errors, torch.stack([loss.detach(), q_mean, grad_norm.detach().float()])]))
+
+
+class ScheduledLearningRate:
+    """For an agent with an ``optimizer``: its learning rate, read and set in every parameter group
+    (the learner's schedule, `vecdqn.schedules`, sets it before the steps it applies to)."""
+
+    optimizer: torch.optim.Optimizer
+
+    @property
+    def learning_rate(self) -> float:
+        """The optimizer's learning rate now (what its next step uses)."""
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def set_learning_rate(self, lr: float) -> None:
+        """Set the optimizer's learning rate for its next steps."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
 
 
 def amp_dtype(amp: str) -> torch.dtype | None:

@@ -31,7 +31,16 @@ import torch.nn.functional as F
 from vecdqn.acting import epsilon_greedy
 from vecdqn.learners import POLICY_KEY
 from vecdqn.model import QNetwork
-from vecdqn.staging import DeviceBatch, PendingUpdate, adam, check_amp, gradient_step, on_device, to_device
+from vecdqn.staging import (
+    DeviceBatch,
+    PendingUpdate,
+    ScheduledLearningRate,
+    adam,
+    check_amp,
+    gradient_step,
+    on_device,
+    to_device,
+)
 
 __all__ = ["DQNAgent", "double_dqn_target", "td_loss"]
 
@@ -90,7 +99,7 @@ def td_loss(
     return (weights * per_sample).mean(), td_errors.detach()
 
 
-class DQNAgent:
+class DQNAgent(ScheduledLearningRate):
     """Online and target Q-networks, Adam, and one double-DQN update.
 
     Args:
@@ -300,16 +309,6 @@ class DQNAgent:
     def sync_target(self) -> None:
         """Hard target update: copy the online weights into the target network."""
         self.target.load_state_dict(self.online.state_dict())
-
-    @property
-    def learning_rate(self) -> float:
-        """Adam's learning rate now (what the next update uses)."""
-        return float(self.optimizer.param_groups[0]["lr"])
-
-    def set_learning_rate(self, lr: float) -> None:
-        """Set Adam's learning rate for the next updates (the trainer's schedule calls this)."""
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
 
     def state_dict(self) -> dict[str, Any]:
         return {

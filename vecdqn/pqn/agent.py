@@ -34,7 +34,7 @@ from torch import nn
 
 from vecdqn.learners import POLICY_KEY
 from vecdqn.model import QNetwork
-from vecdqn.staging import check_amp, to_device
+from vecdqn.staging import ScheduledLearningRate, check_amp, to_device
 
 __all__ = ["PQNAgent", "UpdateStopped"]
 
@@ -43,7 +43,7 @@ class UpdateStopped(RuntimeError):
     """`PQNAgent.update` was stopped (its ``stop`` event set) before its last gradient step."""
 
 
-class PQNAgent:
+class PQNAgent(ScheduledLearningRate):
     """PQN's one Q-network (no target network), RAdam, gradient-norm clipping and the updates of
     one rollout.
 
@@ -223,17 +223,7 @@ class PQNAgent:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
-    # -- schedule and checkpoint -----------------------------------------------------------------
-    @property
-    def learning_rate(self) -> float:
-        """RAdam's learning rate now (what the next step uses)."""
-        return float(self.optimizer.param_groups[0]["lr"])
-
-    def set_learning_rate(self, lr: float) -> None:
-        """Set RAdam's learning rate for the next steps (the trainer's schedule calls this)."""
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-
+    # -- checkpoint ---------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """``{"online", "optimizer", "rng"}``: the network's and RAdam's state dicts and the
         ε-greedy generator's state; with the caller's shuffle generator, enough to resume exactly."""

@@ -30,12 +30,21 @@ from vecdqn.acting import epsilon_greedy
 from vecdqn.learners import POLICY_KEY
 from vecdqn.rainbow.loss import sample_losses
 from vecdqn.rainbow.network import RainbowNetwork
-from vecdqn.staging import DeviceBatch, PendingUpdate, adam, check_amp, gradient_step, on_device, to_device
+from vecdqn.staging import (
+    DeviceBatch,
+    PendingUpdate,
+    ScheduledLearningRate,
+    adam,
+    check_amp,
+    gradient_step,
+    on_device,
+    to_device,
+)
 
 __all__ = ["RainbowAgent"]
 
 
-class RainbowAgent:
+class RainbowAgent(ScheduledLearningRate):
     """Online and target `RainbowNetwork`, Adam, and one Rainbow update.
 
     Args:
@@ -147,16 +156,6 @@ class RainbowAgent:
     def sync_target(self) -> None:
         """Hard target update: copy the online weights (and noise) into the target network."""
         self.target.load_state_dict(self.online.state_dict())
-
-    @property
-    def learning_rate(self) -> float:
-        """Adam's learning rate now (what the next update uses)."""
-        return float(self.optimizer.param_groups[0]["lr"])
-
-    def set_learning_rate(self, lr: float) -> None:
-        """Set Adam's learning rate for the next updates (the learner's schedule calls this)."""
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
 
     def state_dict(self) -> dict[str, Any]:
         """Networks (their noise buffers too), Adam, and both generators' states."""
