@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from vecdqn.benchmarks import QUICK, SECTIONS, Row, run_sections  # noqa: E402
-from vecdqn.cli import OneLineErrorParser, UsageError, exit_code, fail, whole_number  # noqa: E402
+from vecdqn.cli import OneLineErrorParser, UsageError, check_output_path, exit_code, fail, whole_number  # noqa: E402
 
 PROG = "benchmark.py"
 
@@ -54,6 +54,11 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
         parser.error("choose at least one section: " + ", ".join(f"--{name}" for name in SECTIONS))
     if args.repeats < 1:
         parser.error(f"--repeats {args.repeats} must be >= 1")
+    if args.json is not None:  # before any section runs: a bad path used to fail after all of them
+        try:
+            check_output_path("--json", args.json)
+        except UsageError as err:
+            parser.error(str(err))
     for name in chosen:  # each chosen section's own flags, before any section runs
         check = getattr(SECTIONS[name], "check_arguments", None)
         try:

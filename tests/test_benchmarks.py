@@ -84,6 +84,9 @@ def test_table_and_json(tmp_path):
     (["--actors", "--actors-counts", "1,1e3"], "--actors-counts 1,1e3: invalid int value: '1e3'"),
     (["--actors", "--actors-counts", "1,0"], "--actors-counts 1,0: each must be >= 1"),
     (["--replay", "--json"], "expected one argument"),
+    # checked before any section runs: this ran the whole section, then ended in a PermissionError traceback
+    (["--replay", "--quick", "--json", "/sys/x.json"], "--json /sys/x.json is not writable"),
+    (["--replay", "--quick", "--json", "/nonexistent-folder/x.json"], "folder /nonexistent-folder does not exist"),
     (["--update", "--update-preset", "nope"], "argument --update-preset: invalid choice: 'nope'"),
     (["--update", "--update-batch-sizes", "32", "0"], "--update-batch-sizes 32 0: each must be >= 1"),
     (["--pqn", "--pqn-envs", "0"], "--pqn-envs 0 must be >= 1"),

@@ -225,6 +225,7 @@ def test_a_config_that_does_not_fit_its_network_exits_2_before_play(tmp_path, ca
         (["--json", "."], "is a folder"),  # refused before any game is played
         (["--json", "no/such/folder/x.json"], "does not exist"),
         (["--seed", "-1"], "--seed -1"),
+        (["--torch-threads", "-1"], "--torch-threads -1 must be in [0, 1024]"),
     ],
 )
 def test_bad_options_exit_2_with_one_line(tmp_path, capsys, save_fresh_checkpoint, args, word):
@@ -243,6 +244,62 @@ def test_abbreviated_options_are_refused_with_one_line(tmp_path, capsys, save_fr
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("evaluate.py: error: unrecognized arguments"), err
     assert args[0] in err[0]
+
+
+def test_the_games_are_played_on_the_threads_asked_one_by_default(tmp_path, monkeypatch, save_fresh_checkpoint):
+    """One Pong game took 110 s on torch's default threads of a busy 2-core machine, 13 s on one."""
+    import torch
+
+    script = _script()
+    path = save_fresh_checkpoint(tmp_path / "c.pt", "vecdqn/Catch-v0", 3, hidden_size=32)
+    seen, play = [], script.evaluate
+    monkeypatch.setattr(script, "evaluate", lambda *a, **k: (seen.append(torch.get_num_threads()), play(*a, **k))[1])
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert script.main([str(path), "--episodes", "1"]) == 0
+        assert script.main([str(path), "--episodes", "1", "--torch-threads", "3"]) == 0
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1, 3]
+
+
+def test_a_bar_counts_the_games_where_stderr_is_a_terminal(tmp_path, capsys, monkeypatch, save_fresh_checkpoint):
+    """evaluate.py printed nothing while it played (minutes for 30 Atari games); in a pipe or a log
+    file it still prints nothing but its results."""
+    script = _script()
+    path = save_fresh_checkpoint(tmp_path / "c.pt", "vecdqn/Catch-v0", 3, hidden_size=32)
+    bars, make = [], script.games_bar
+    monkeypatch.setattr(script, "games_bar", lambda total: bars.append(make(total)) or bars[-1])
+    assert script.main([str(path), "--episodes", "3"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and bars[0].n == 0 and "scores" in out  # a disabled bar counts nothing
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert script.main([str(path), "--episodes", "3"]) == 0
+    out, err = capsys.readouterr()
+    assert bars[1].n == bars[1].total == 3
+    assert "games:   0%| " in err and "scores" in out and "0/3" not in out  # the table alone on stdout
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--noop-max", "30"], "--noop-max does not apply"),
+    (["--fire-on-life-loss"], "--fire-on-life-loss does not apply"),
+    (["--noop-max=5", "--no-fire-on-life-loss"], "--noop-max, --no-fire-on-life-loss do not apply"),
+    (["--every-checkpoint", "--noop-max", "0"], "--noop-max does not apply"),
+])
+def test_ale_only_options_are_refused_for_catch_before_any_game(tmp_path, capsys, monkeypatch, save_fresh_checkpoint,
+                                                                args, said):
+    """They were accepted and ignored; train.py refuses options its env would not use."""
+    script = _script()
+    save_fresh_checkpoint(tmp_path / "checkpoints" / "step_000000100.pt", "vecdqn/Catch-v0", 3, hidden_size=32)
+    path = save_fresh_checkpoint(tmp_path / "checkpoints" / "latest.pt", "vecdqn/Catch-v0", 3, hidden_size=32)
+    monkeypatch.setattr(script, "evaluate", lambda *a, **k: pytest.fail("a game was played"))
+    target = tmp_path if "--every-checkpoint" in args else path
+    assert script.main([str(target), *args]) == 2
+    out, err = capsys.readouterr()
+    them = "them" if "do not" in said else "it"
+    assert out == "" and err == (f"evaluate.py: error: {said} to vecdqn/Catch-v0, the checkpoint's env, of the Catch "
+                                 f"family, which has no no-op starts or lives: drop {them}\n")
 
 
 # -- the library on a non-ALE env ------------------------------------------------------------

@@ -133,7 +133,7 @@ class CollectorPort:
 
     def flush_logs(self) -> None:
         """Write what the event files hold in memory to disk now."""
-        self.logger.writer.flush()
+        self.logger.flush()
 
     def advance(self, agent_steps: int) -> None:
         """Count ``agent_steps`` more agent steps (after their `learn` and `store`)."""

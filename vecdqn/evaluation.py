@@ -191,6 +191,7 @@ def evaluate(
     video_path: str | os.PathLike[str] | None = None,
     video_fps: float | None = None,
     fire_on_life_loss: bool | None = None,
+    on_game: Callable[[float], None] | None = None,
 ) -> EvalResult:
     """Play ``episodes`` whole games with an epsilon-greedy policy and report raw scores.
 
@@ -222,6 +223,8 @@ def evaluate(
             games that have FIRE. None: as in training, i.e. when the config has both
             ``fire_reset`` and ``episodic_life`` (see the module docstring). False gives the
             papers' protocol, where the agent presses FIRE itself.
+        on_game: called with each game's raw score as the game ends (e.g. to advance a
+            progress bar).
 
     Returns:
         an `EvalResult`.
@@ -247,7 +250,8 @@ def evaluate(
         if training:
             q_network.eval()
         actor = _make_actor(env, q_network, config, torch.device(device), epsilon, seed, fire_on_life_loss)
-        returns, lengths, truncated = _play_games(env, tap, actor, recorder, episodes, seed, max_episode_frames)
+        returns, lengths, truncated = _play_games(env, tap, actor, recorder, episodes, seed, max_episode_frames,
+                                                  on_game)
     finally:
         if training:
             q_network.train()
@@ -412,9 +416,11 @@ def _play_games(
     episodes: int,
     seed: int | None,
     max_episode_frames: int,
+    on_game: Callable[[float], None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Play ``episodes`` whole games; ``(E,) float64`` scores, ``(E,) int64`` lengths in frames,
-    ``(E,) bool`` cut at the frame cap. The best game's frames end up where ``recorder`` puts them."""
+    ``(E,) bool`` cut at the frame cap. The best game's frames end up where ``recorder`` puts them;
+    ``on_game`` gets each game's raw score as it ends."""
     scores, lengths, truncations = [], [], []
     for episode in range(episodes):
         # Seed only the first reset: later games continue the env's generator, so each one
@@ -424,6 +430,8 @@ def _play_games(
         lengths.append(tap.frames)
         if recorder is not None:
             recorder.end_episode(tap.score)
+        if on_game is not None:
+            on_game(tap.score)
     if recorder is not None:
         recorder.finish()
     return (

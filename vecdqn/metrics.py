@@ -11,17 +11,25 @@ score, length in emulator frames), ``charts/epsilon``, ``charts/beta``, ``charts
 With ``--track`` every scalar and video written here also goes to the run's Weights & Biases
 run, at the same agent step (`vecdqn.tracking.Tracker`), started here right before the writer is
 created.
+
+A full disk: TensorBoard's writer writes in a thread of its own, which dies on the error and hands
+it to the writer's next call; the logger turns it into one `LogWriteError` there (a
+`vecdqn.checkpoint.CheckpointError`, so train.py ends the run in one line naming the last
+checkpoint, which is kept), and the dying thread's traceback is not printed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import math
 import os
+import shutil
 import sys
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +37,42 @@ import numpy as np
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 from tensorboard.compat.proto.summary_pb2 import Summary
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 from tqdm import tqdm
 
 from vecdqn import tracking
+from vecdqn.checkpoint import CheckpointError
 from vecdqn.curves import CHECKPOINT_EVALS, checkpoint_evals, event_files
 from vecdqn.video import encode_gif
+
+
+class LogWriteError(CheckpointError):
+    """The run's TensorBoard event file could not be written (e.g. the disk is full). A
+    `vecdqn.checkpoint.CheckpointError`: train.py ends the run as for a checkpoint that could not be
+    written, with one line naming the last checkpoint (kept) and exit code 1."""
+
+
+# "before": the threading.excepthook that `_quiet_writer_threads` last replaced
+_HOOKS: dict[str, Callable[[threading.ExceptHookArgs], object]] = {}
+
+
+def _quiet_writer_threads(args: threading.ExceptHookArgs) -> None:
+    """``threading.excepthook`` that prints nothing for an ``OSError`` of a TensorBoard event
+    writer's thread: the writer raises it again at its next call, where `MetricsLogger` reports it
+    in one line. Any other exception goes to the hook this one replaced."""
+    if isinstance(args.exc_value, OSError) and type(args.thread).__module__ == EventFileWriter.__module__:
+        return
+    _HOOKS.get("before", threading.__excepthook__)(args)
+
+
+def _install_quiet_writer_threads() -> None:
+    """Make `_quiet_writer_threads` the ``threading.excepthook``, over the one in place, unless it
+    is already (a hook set since, e.g. by a test runner, is kept behind it)."""
+    if threading.excepthook is not _quiet_writer_threads:
+        _HOOKS["before"], threading.excepthook = threading.excepthook, _quiet_writer_threads
 
 
 class MetricsLogger:
@@ -50,6 +86,10 @@ class MetricsLogger:
         total_steps: length of the run in agent steps (the bar's total).
         initial_step: agent step the run starts at (non-zero on resume).
         progress: show the progress bar.
+
+    Raises:
+        LogWriteError: from any call, once: the event file could not be written (e.g. the disk is
+            full); `close` still closes what it holds.
     """
 
     def __init__(
@@ -64,11 +104,19 @@ class MetricsLogger:
         # --track: on resume, the W&B run first takes what it lacks from the event files as they
         # are, before this run's writer supersedes the steps after the checkpoint's.
         self.tracking = tracking.start(run_dir, config, resume_step=initial_step) if config.get("track") else None
-        # On resume, events a killed process wrote after the checkpoint's step are dropped, so
-        # every curve has one value per step (the resumed run writes those steps again).
-        self.writer = SummaryWriter(run_dir, purge_step=initial_step + 1 if initial_step else None)
-        if initial_step == 0:
-            self._write_config(config)
+        self.run_dir, self._failed = run_dir, False
+        _install_quiet_writer_threads()
+        try:
+            with self._writing():
+                # On resume, events a killed process wrote after the checkpoint's step are dropped, so
+                # every curve has one value per step (the resumed run writes those steps again).
+                self.writer = SummaryWriter(run_dir, purge_step=initial_step + 1 if initial_step else None)
+                if initial_step == 0:
+                    self._write_config(config)
+        except LogWriteError:
+            if self.tracking is not None:
+                self.tracking.finish()
+            raise
         self._total_steps = total_steps
         self._show = progress
         self._last_time = time.perf_counter()
@@ -112,12 +160,13 @@ class MetricsLogger:
         """
         self._write(step, values)
         if any(tag.startswith("eval/") for tag in values):
-            self.writer.flush()
+            self.flush()
 
     def _write(self, step: int, values: Mapping[str, float]) -> None:
         """Every scalar goes through here: to TensorBoard and, with ``--track``, to W&B."""
-        for tag, value in values.items():
-            self.writer.add_scalar(tag, value, step)
+        with self._writing():
+            for tag, value in values.items():
+                self.writer.add_scalar(tag, value, step)
         if self.tracking is not None:
             self.tracking.scalars(step, values)
 
@@ -134,7 +183,8 @@ class MetricsLogger:
         _, h, w, _ = frames.shape
         gif = encode_gif(frames, fps)
         image = Summary.Image(height=h, width=w, colorspace=3, encoded_image_string=gif)
-        self.writer.file_writer.add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
+        with self._writing():
+            self.writer.file_writer.add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
         if self.tracking is not None:
             self.tracking.image(tag, gif, step)
 
@@ -160,17 +210,54 @@ class MetricsLogger:
         self.bar.update(step - self._step)
         self._step = step
 
+    def flush(self) -> None:
+        """Write what the event file holds in memory to disk now."""
+        with self._writing():
+            self.writer.flush()
+
     def write(self, message: str) -> None:
         """Print a line without breaking the bar."""
         tqdm.write(message)
 
     def close(self) -> None:
+        """Close the bar, the event file and the W&B run.
+
+        Raises:
+            LogWriteError: the event file's last events could not be written, unless that was
+                reported already or another exception is ending the run (this called from a
+                ``finally``), which it would hide.
+        """
         self.bar.close()
-        self.writer.flush()
-        self.writer.close()
-        if self.tracking is not None:
-            self.tracking.finish()
-            self.tracking = None
+        ending = sys.exc_info()[1] is not None
+        try:
+            with self._writing():
+                self.writer.close()  # flushes first
+        except LogWriteError:
+            if not ending:
+                raise
+        finally:
+            if self.tracking is not None:
+                self.tracking.finish()
+                self.tracking = None
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Around each call of the event writer: its ``OSError`` (its thread's failed write, raised
+        again by its next call) becomes `LogWriteError` naming the folder and its free space, the
+        first time; later, once reported, it is dropped (the run is ending)."""
+        try:
+            yield
+        except OSError as err:
+            if self._failed:
+                return
+            self._failed = True
+            try:
+                free = f"; {shutil.disk_usage(self.run_dir).free / 2**20:.1f} MiB free there"
+            except OSError:
+                free = ""
+            said = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise LogWriteError(f"could not write TensorBoard's event file in {self.run_dir} ({said}{free}): the "
+                                "run stops; its checkpoints are kept") from err
 
 
 class EvaluationRunning(OSError):
