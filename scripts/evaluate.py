@@ -39,12 +39,17 @@ evaluation's steps replace theirs): an interrupted evaluation writes none and le
 ones as they were. The run's own event files are never touched, so it may still be training. One
 evaluation of a run at a time: a second one is refused (exit 2) while the first runs.
 
+A bar on stderr counts the games where stderr is a terminal. They are played on one torch thread
+unless ``--torch-threads`` says otherwise (one Pong game on two busy cores: 110 s on torch's
+default of every core, 13 s on one).
+
 Exit codes: 0 done; 2 bad input or a second evaluation of a run (one line on stderr); 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import time
@@ -53,9 +58,13 @@ from pathlib import Path
 # Run from a source checkout without installing: make the package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+# vecdqn first: from its import on, a Ctrl-C during the (slow) imports below is one line (vecdqn.signals).
+importlib.import_module("vecdqn")
+
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from tqdm import tqdm  # noqa: E402
 
 from vecdqn.checkpoint import BEST, CheckpointError, Policy, keep_best, kept_checkpoints, load_policy  # noqa: E402
 from vecdqn.cli import (  # noqa: E402
@@ -67,12 +76,18 @@ from vecdqn.cli import (  # noqa: E402
     whole_number,
 )
 from vecdqn.curves import EVAL_TAG, Scalars, best_point, checkpoint_evals, last_point, read_run  # noqa: E402
+from vecdqn.envs import env_family  # noqa: E402
 from vecdqn.evaluation import EvalResult, evaluate, periodic_eval_seed  # noqa: E402
 from vecdqn.metrics import EvalLog, EvaluationRunning  # noqa: E402
 from vecdqn.scores import HUMAN_RANDOM_SCORES  # noqa: E402
 from vecdqn.staging import select_device  # noqa: E402
 
 PROG = "evaluate.py"
+# The flags of protocol parts only the ALE's games have (no-op starts, FIRE after a lost life).
+ALE_ONLY_FLAGS = ("--noop-max", "--fire-on-life-loss", "--no-fire-on-life-loss")
+# Torch threads for --torch-threads 0: the one thread the trainer's Ape-X actors act on
+# (vecdqn.distributed.actor), and the most that --torch-threads takes.
+ACTING_THREADS, MAX_TORCH_THREADS = 1, 1024
 
 
 class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -106,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--noop-max",
         type=whole_number,
         default=30,
-        help="at most this many no-op frames at the start of each game (0: none)",
+        help="at most this many no-op frames at the start of each game (0: none; ALE games only)",
     )
     parser.add_argument(
         "--max-episode-frames",
@@ -132,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="press FIRE for the agent after each lost life (default: as in training, i.e. when "
         "the run used both --fire-reset and --episodic-life); --no-fire-on-life-loss: the agent "
-        "serves by itself, as in the papers",
+        "serves by itself, as in the papers (ALE games only)",
     )
     parser.add_argument(
         "--json", metavar="PATH", default=None, help="also write the numbers to this JSON file"
@@ -165,6 +180,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--device", default="auto", help="torch device: auto (cuda when available), cpu, cuda"
     )
+    parser.add_argument(
+        "--torch-threads",
+        metavar="N",
+        type=whole_number,
+        default=0,
+        help="torch intra-op threads while playing, at most 1024 (0: one, as the trainer's actors act: a "
+        "forward pass of one observation gains nothing from more, and loses much on a busy machine)",
+    )
     return parser
 
 
@@ -177,6 +200,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--epsilon {args.epsilon} must be in [0, 1]")
     if args.noop_max < 0:
         raise UsageError(f"--noop-max {args.noop_max} must be >= 0 (0: no no-op starts)")
+    if not 0 <= args.torch_threads <= MAX_TORCH_THREADS:
+        raise UsageError(f"--torch-threads {args.torch_threads} must be in [0, {MAX_TORCH_THREADS}] (0: one thread)")
     if args.max_episode_frames < 1:
         raise UsageError(
             f"--max-episode-frames {args.max_episode_frames} must be a positive number of frames"
@@ -309,19 +334,58 @@ def main(argv: list[str] | None = None) -> int:
 def _evaluate(argv: list[str] | None) -> None:
     args = build_parser().parse_args(argv)
     _check_args(args)
+    args.ale_only = ale_only_flags(sys.argv[1:] if argv is None else argv)
     device = select_device(args.device)
+    torch.set_num_threads(args.torch_threads or ACTING_THREADS)
     if args.every_checkpoint:
         _evaluate_every_checkpoint(args, device)
         return
     policy = load_policy(args.checkpoint, device)
+    check_options_apply(args.ale_only, policy.config.env_id)
     seed = policy.config.seed if args.seed is None else args.seed
-    result = _play(policy, args, seed, device)
+    with games_bar(args.episodes) as bar:
+        result = _play(policy, args, seed, device, bar)
     print(format_table(result, policy))
     if args.json is not None:
         _write_json(args.json, _record(policy, result))
 
 
-def _play(policy: Policy, args: argparse.Namespace, seed: int, device: torch.device) -> EvalResult:
+def ale_only_flags(argv: list[str]) -> list[str]:
+    """The flags of `ALE_ONLY_FLAGS` given on the command line ``argv``, in that order."""
+    given = {token.split("=", 1)[0] for token in argv}
+    return [flag for flag in ALE_ONLY_FLAGS if flag in given]
+
+
+def check_options_apply(flags: list[str], env_id: str) -> None:
+    """Refuse ``flags`` (`ale_only_flags`) for a checkpoint whose env ``env_id`` has no no-op
+    starts or lives (e.g. ``vecdqn/Catch-v0``), as train.py refuses options its env would ignore.
+
+    Raises:
+        UsageError: one line naming the flags, the env and its family.
+    """
+    family = env_family(env_id)
+    if not flags or family.fire_and_noop:
+        return
+    one = len(flags) == 1
+    raise UsageError(f"{', '.join(flags)} do{'es' if one else ''} not apply to {env_id}, the checkpoint's env, of the "
+                     f"{family.name} family, which has no no-op starts or lives: drop {'it' if one else 'them'}")
+
+
+def games_bar(total: int) -> tqdm:
+    """A bar over ``total`` games on stderr where it is a terminal (disabled in a pipe or a log
+    file), cleared once done so the table stands alone."""
+    interactive = sys.stderr.isatty()
+    return tqdm(total=total, unit="game", desc="games", leave=False, file=sys.stderr, disable=not interactive,
+                dynamic_ncols=True)
+
+
+def _play(policy: Policy, args: argparse.Namespace, seed: int, device: torch.device, bar: tqdm) -> EvalResult:
+    """`evaluate` as the command line asks, advancing ``bar`` by each game (its last score shown)."""
+
+    def game_over(score: float) -> None:
+        bar.set_postfix(score=f"{score:g}", refresh=False)
+        bar.update()
+
     return evaluate(
         policy.network,
         policy.config,
@@ -333,6 +397,7 @@ def _play(policy: Policy, args: argparse.Namespace, seed: int, device: torch.dev
         max_episode_frames=args.max_episode_frames,
         video_path=args.video,
         fire_on_life_loss=args.fire_on_life_loss,
+        on_game=game_over,
     )
 
 
@@ -354,7 +419,8 @@ def _evaluate_every_checkpoint(args: argparse.Namespace, device: torch.device) -
     Raises:
         CheckpointError: the run kept no checkpoints, or one of them is unreadable (before any game).
         EvaluationRunning: another evaluation of the run is running (before any game).
-        UsageError: ``--steps`` selects none of the kept checkpoints (before any game).
+        UsageError: ``--steps`` selects none of the kept checkpoints, or an ALE-only flag was given
+            for a run of another env (`check_options_apply`; both before any game).
     """
     kept = kept_checkpoints(args.checkpoint)
     if not kept:
@@ -367,24 +433,16 @@ def _evaluate_every_checkpoint(args: argparse.Namespace, device: torch.device) -
                              f"(agent steps {kept[0][0]:,} to {kept[-1][0]:,})")
         kept = chosen
     for _, path in kept:  # every file checked before the first game
-        load_policy(path)
+        check_options_apply(args.ale_only, load_policy(path).config.env_id)
     records = []
     with EvalLog(args.checkpoint) as log:
         print(ROW.format("agent step", "saved", "mean ± std", "median", "min", "max", "HNS"))
         try:
-            for step, path in kept:
-                policy = load_policy(path, device)
-                seed = periodic_eval_seed(policy.config.seed, step) if args.seed is None else args.seed
-                result = _play(policy, args, seed, device)
-                s = result.stats
-                log.add(step, result.scalars, wall_time=policy.saved_at)
-                saved = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(policy.saved_at))
-                hns = f"{result.hns:.3f}" if result.hns is not None else "n/a"
-                print(ROW.format(f"{step:,}", saved, f"{s['mean']:.2f} ± {s['std']:.2f}", f"{s['median']:g}",
-                                 f"{s['min']:g}", f"{s['max']:g}", hns), flush=True)
-                records.append(_record(policy, result))
-                if args.json is not None:  # rewritten after each checkpoint: an interrupt keeps what is done
-                    _write_json(args.json, records)
+            with games_bar(len(kept) * args.episodes) as bar:
+                for step, path in kept:
+                    records.append(_evaluate_one(args, step, path, device, bar, log))
+                    if args.json is not None:  # rewritten after each checkpoint: an interrupt keeps what is done
+                        _write_json(args.json, records)
         except KeyboardInterrupt:
             print(f"{PROG}: {log.folder} left as it was: results go there only once every checkpoint is done",
                   file=sys.stderr)
@@ -392,6 +450,23 @@ def _evaluate_every_checkpoint(args: argparse.Namespace, device: torch.device) -
         log.save()
     print()
     print(best_and_last(args.checkpoint, keep=args.keep_best))
+
+
+def _evaluate_one(args: argparse.Namespace, step: int, path: Path, device: torch.device, bar: tqdm,
+                  log: EvalLog) -> dict:
+    """One kept checkpoint of `_evaluate_every_checkpoint`: its games, its row printed (above
+    ``bar``), its results added to ``log``; returns its JSON record."""
+    policy = load_policy(path, device)
+    seed = periodic_eval_seed(policy.config.seed, step) if args.seed is None else args.seed
+    result = _play(policy, args, seed, device, bar)
+    s = result.stats
+    log.add(step, result.scalars, wall_time=policy.saved_at)
+    saved = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(policy.saved_at))
+    hns = f"{result.hns:.3f}" if result.hns is not None else "n/a"
+    with tqdm.external_write_mode():  # the bar steps aside for the row
+        print(ROW.format(f"{step:,}", saved, f"{s['mean']:.2f} ± {s['std']:.2f}", f"{s['median']:g}",
+                         f"{s['min']:g}", f"{s['max']:g}", hns), flush=True)
+    return _record(policy, result)
 
 
 def best_and_last(run_dir: str | Path, keep: bool = False) -> str:

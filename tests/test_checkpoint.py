@@ -71,3 +71,19 @@ def test_saved_files_get_the_umask_permissions_not_the_temporary_files_0600(tmp_
         os.umask(old)
     assert stat.S_IMODE(path.stat().st_mode) == stat.S_IMODE(plain.stat().st_mode) == 0o666 & ~umask
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_checkpoint_with_a_flipped_bit_is_refused(tmp_path):
+    """torch.load reads a record whose bytes changed on disk without a word (weights of 1e5 came
+    back from a damaged Catch checkpoint); the CRC-32 the archive stores beside each record tells."""
+    path = tmp_path / "latest.pt"
+    weights = torch.zeros(4096)
+    checkpoint.save_atomic({"config": {}, "weights": weights}, path)
+    assert torch.equal(checkpoint.load(path)["weights"], weights)
+    data = bytearray(path.read_bytes())
+    at = bytes(data).index(b"\0" * 64)  # inside the stored (uncompressed) zeros
+    data[at + 10] ^= 0x40
+    path.write_bytes(bytes(data))
+    assert torch.load(path, weights_only=True)["weights"].abs().max() > 0  # torch itself takes it
+    with pytest.raises(CheckpointError, match=r"is damaged: its record archive/data/0 fails its CRC-32 check"):
+        checkpoint.load(path)

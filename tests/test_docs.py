@@ -455,3 +455,15 @@ def test_the_results_check_sees_a_step_no_command_evaluates():
     assert table_problems(header, rows, commands) == ["runs/a: no evaluate.py --every-checkpoint command picks "
                                                      "agent step 150,000"]
     assert _steps_selected("1500000:", 4_750_080) and not _steps_selected("1500000::250000", 1_750_016)
+
+
+def test_training_md_lists_every_option_a_resume_refuses():
+    """The "Refused" bullet of docs/training.md's Resume section names exactly the options that
+    carry the fixed_on_resume rule (it missed --seed and the Rainbow learner's)."""
+    from vecdqn.config import option_flag, options_with
+
+    text = (ROOT / "docs" / "training.md").read_text()
+    bullet = text[text.index("- **Refused** (one line, exit code 2)"):]
+    bullet = bullet[:bullet.index("\n- **")]
+    named = set(re.findall(r"`(--[a-z0-9-]+)`", bullet)) - {"--log-dir", "--run-name"}
+    assert named == {option_flag(name) for name in options_with("fixed_on_resume")}

@@ -8,6 +8,7 @@ import json
 import os
 import pickle
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -262,6 +263,98 @@ def test_preflight_refuses_a_log_dir_without_room(tmp_path, monkeypatch):
         preflight.preflight(catch_config(tmp_path, buffer_size=20_000, save_replay=True))
 
 
+def _full_disk(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+
+def test_a_full_disk_under_the_event_writer_is_one_log_write_error(tmp_path, monkeypatch):
+    """TensorBoard's writer thread dies on the error (its traceback was printed) and hands it to the
+    writer's next call (an OSError traceback); the logger raises it once, as LogWriteError, a
+    CheckpointError as train.py reports them."""
+    import threading
+
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    from vecdqn.metrics import LogWriteError
+
+    printed = []
+    monkeypatch.setattr(threading, "excepthook", printed.append)  # the hook that would print the traceback
+    logger, at_close, in_finally = (MetricsLogger(str(tmp_path / name), {}, 1_000, progress=False) for name in "abc")
+    for each in (logger, at_close, in_finally):
+        each.scalars(10, {"eval/return_mean": 1.0})  # written at once: nothing left to write
+    monkeypatch.setattr(RecordWriter, "write", _full_disk)
+    monkeypatch.setattr(RecordWriter, "flush", _full_disk)
+    said = (rf"^could not write TensorBoard's event file in {re.escape(str(tmp_path / 'a'))} \(\[Errno 28\] No space "
+            r"left on device; [\d.]+ MiB free there\): the run stops; its checkpoints are kept$")
+    with pytest.raises(LogWriteError, match=said):
+        for step in range(20, 2_000, 10):  # the error comes back at the call after the thread died
+            logger.scalars(step, {"charts/SPS": 1.0, "eval/return_mean": 0.0})
+    assert isinstance(LogWriteError(), CheckpointError)
+    logger.close()  # reported already: the close says nothing more
+    assert printed == []
+    # Seen first by the close (its flush, at the run's end): raised there, unless another error is
+    # ending the run.
+    with pytest.raises(LogWriteError, match="No space left on device"):
+        at_close.close()
+    with pytest.raises(WorkerError, match="the first error"):
+        try:
+            raise WorkerError("the first error")
+        finally:
+            in_finally.close()
+    assert printed == []
+
+
+def test_a_disk_full_under_tensorboard_ends_the_run_in_one_line_with_the_checkpoint_kept(tmp_path):
+    """A 16 MiB tmpfs as --log-dir filled after the first checkpoint: exit code 1 after a writer-thread
+    traceback, a checkpoint traceback and an OSError traceback from the event writer's flush."""
+    code = f"""
+        import runpy, sys
+        from tensorboard.summary.writer.record_writer import RecordWriter
+        from vecdqn.core import TrainingCore
+
+        def full(*args, **kwargs):
+            raise OSError(28, "No space left on device")
+
+        save = TrainingCore.save_checkpoint
+
+        def fill_the_disk_after(self, name="latest.pt", collector=None):
+            path = save(self, name, collector)
+            RecordWriter.write = RecordWriter.flush = full
+            return path
+
+        TrainingCore.save_checkpoint = fill_the_disk_after
+        sys.argv = ["train.py", "--preset", "catch", "--num-envs", "2", "--total-steps", "2000", "--buffer-size",
+                    "2000", "--learning-starts", "100", "--hidden-size", "32", "--checkpoint-every", "200",
+                    "--log-every", "100", "--log-dir", {str(tmp_path)!r}, "--run-name", "run"]
+        runpy.run_path({str(ROOT / "scripts" / "train.py")!r}, run_name="__main__")
+    """
+    result = run_in_subprocess(code, tmp_path)
+    latest = tmp_path / "run" / "checkpoints" / "latest.pt"
+    assert result.returncode == 1, result.stderr[-3000:]
+    lines = [line for line in re.split(r"[\r\n]", result.stderr) if line.strip() and "step/s" not in line]  # no bar
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert lines[0].startswith(f"train.py: error: could not write TensorBoard's event file in {tmp_path / 'run'} "
+                               "([Errno 28] No space left on device") and f"last checkpoint: {latest}" in lines[0]
+    assert checkpoint.load_training(latest)["train_state"]["step"] == 200
+
+
+def test_an_open_files_limit_too_low_for_one_worker_says_how_far_to_raise_it(tmp_path, monkeypatch):
+    """With ``ulimit -n 40`` the message said "use at most -6 env workers"."""
+    import resource
+
+    config = catch_config(tmp_path, num_envs=16, envs_per_worker=1)
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (40, 40))
+    with pytest.raises(ConfigError) as error:
+        preflight.check_worker_limits(config)
+    message = str(error.value)
+    assert "open-files limit is 40 (ulimit -n), too low for even one env worker; raise it by 88: ulimit -n 128" \
+        in message and "at most" not in message and "\n" not in message
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (100, 100))  # room for 9 workers of the 16
+    with pytest.raises(ConfigError, match=r"may open 100 \(ulimit -n\); use at most 9 env workers or raise the "
+                                          r"limit: ulimit -n 128$"):
+        preflight.check_worker_limits(config)
+
+
 def test_disk_full_during_a_checkpoint_keeps_the_previous_pair(tmp_path, monkeypatch):
     trainer = Trainer(catch_config(tmp_path, total_steps=1_000, checkpoint_every=200, save_replay=True,
                                    run_name="run"), progress=False, handle_signals=False)
@@ -427,13 +520,10 @@ def test_one_sigint_after_the_final_checkpoint_ends_the_run_one_way(tmp_path, wh
     assert result.returncode == 0, result.stderr[-3000:]
     assert "done: 200 agent steps" in result.stdout
     noted = [line for line in result.stderr.splitlines() if "SIGINT" in line]
-    message = ("while exiting; nothing was stopped" if where == "exit" else
-               "while exiting; nothing was stopped (the run had finished; checkpoint: "
-               f"{tmp_path / 'run' / 'checkpoints'}")
     if where == "teardown":
         assert noted == [], result.stderr  # the teardown, and its signal, never come
-    else:
-        assert len(noted) == 1 and noted[0].startswith("train.py: SIGINT ") and message in noted[0], result.stderr
+    else:  # the same line wherever it lands
+        assert noted == ["train.py: SIGINT while exiting; nothing was stopped"], result.stderr
     for sign in ("Traceback", "Exception ignored", "KeyboardInterrupt", "stopped at once"):
         assert sign not in result.stdout + result.stderr, result.stderr[-3000:]
     assert "finishing this step" not in result.stdout
@@ -488,6 +578,82 @@ def test_resume_refuses_another_init_and_keeps_the_saved_one(tmp_path, capsys):
     assert (run / "config.json").read_text() == before
     assert cli.main(["--resume", str(run), "--init", "torch", "--total-steps", "400"]) == 0
     assert json.loads((run / "config.json").read_text())["init"] == "torch"
+
+
+def test_resume_refuses_another_seed(tmp_path, capsys):
+    """The generators go on from their saved states, so another --seed on resume changed nothing but
+    config.json (and plot.py's grouping), which then named a seed the run never had."""
+    Trainer(catch_config(tmp_path, run_name="run", total_steps=200), progress=False, handle_signals=False).run()
+    run = tmp_path / "run"
+    before = (run / "config.json").read_text()
+    assert cli.main(["--resume", str(run), "--seed", "8", "--total-steps", "400"]) == 2  # catch_config's seed is 7
+    assert capsys.readouterr().err == ("train.py: error: --seed 8 differs from the run's 7; --seed cannot change on "
+                                       "--resume (start a new run instead)\n")
+    assert (run / "config.json").read_text() == before
+
+
+def test_a_run_stopped_before_its_first_checkpoint_says_what_to_do_with_its_folder(tmp_path, capsys):
+    """A run that failed before its first checkpoint (a NaN at update 1, a second Ctrl-C) left a
+    folder that --run-name called "a run; continue it with --resume", and --resume then refused:
+    both now say there is nothing to resume and how to use the name again."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    assert cli.main(["--preset", "catch", "--log-dir", str(tmp_path), "--run-name", "run"]) == 2
+    assert capsys.readouterr().err == (f"train.py: error: --run-name run: {run} holds a run that stopped before its "
+                                       f"first checkpoint (nothing to resume); remove {run} or choose another "
+                                       "--run-name\n")
+    assert cli.main(["--resume", str(run)]) == 2
+    assert capsys.readouterr().err == (f"train.py: error: run folder {run} stopped before its first checkpoint: "
+                                       f"there is nothing to resume; start a new run (remove {run} to use its name "
+                                       "again)\n")
+
+
+def test_resuming_from_a_checkpoint_the_run_has_gone_beyond_is_refused(tmp_path, capsys):
+    """--resume run/checkpoints/step_000000200.pt of a run that went on to 400 overwrote its final.pt,
+    latest.pt and later kept checkpoints without a word; the copy the message describes resumes."""
+    import shutil
+
+    config = catch_config(tmp_path, run_name="run", total_steps=400, checkpoint_every=200, keep_checkpoints=True)
+    Trainer(config, progress=False, handle_signals=False).run()
+    run = tmp_path / "run"
+    early = run / "checkpoints" / "step_000000200.pt"
+    before = {path.name: path.read_bytes() for path in (run / "checkpoints").iterdir()}
+    assert cli.main(["--resume", str(early), "--total-steps", "600"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"train.py: error: --resume {early} is at agent step 200, but the run went on to 400 "
+                          "(checkpoints/latest.pt), which resuming there would overwrite; ") and err.count("\n") == 1
+    assert {path.name: path.read_bytes() for path in (run / "checkpoints").iterdir()} == before
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    for name in ("latest.pt", "final.pt", "step_000000400.pt"):
+        (copy / "checkpoints" / name).unlink()
+    assert cli.main(["--resume", str(copy / "checkpoints" / "step_000000200.pt"), "--total-steps", "600"]) == 0
+
+
+def test_an_empty_resume_is_refused_and_starts_nothing(tmp_path, monkeypatch, capsys):
+    """``--resume ""`` used to start a new run of the defaults (Breakout, 10M agent steps) in ./runs."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["--resume", ""]) == 2
+    err = capsys.readouterr().err
+    assert err == "train.py: error: --resume '' names no run; give a run folder or a checkpoint file\n"
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_resume_command_printed_on_a_stop_pastes_into_a_shell(tmp_path, monkeypatch, capsys):
+    """A --log-dir with a space gave "resume with: ... --resume /tmp/my runs/r", which a shell splits."""
+    from vecdqn.signals import Interrupted
+
+    def stopped(self):
+        raise Interrupted(signal.SIGINT, self.core.run_dir / "checkpoints" / "latest.pt")
+
+    monkeypatch.setattr(Trainer, "run", stopped)
+    log_dir = tmp_path / "my runs"
+    assert cli.main(["--preset", "catch", "--log-dir", str(log_dir), "--run-name", "r"]) == 130
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert line.startswith("resume with: ")
+    assert shlex.split(line.removeprefix("resume with: ")) == ["python", "scripts/train.py", "--resume",
+                                                                 str(log_dir / "r")]
 
 
 def test_a_new_run_checks_its_options_once(tmp_path, monkeypatch, capsys):
@@ -569,3 +735,18 @@ def test_a_file_naming_a_class_this_version_lacks_is_one_error(tmp_path, data):
     state = {"path": str(tmp_path / "latest.pt"), "replay_file": "latest.pt.abc.replay", "replay_token": "abc"}
     with pytest.raises(CheckpointError, match="which this version of vecdqn does not have"):
         checkpoint.load_replay(state)
+
+
+@pytest.mark.parametrize("script, one_line", [("scripts/train.py", True), ("elsewhere/mine.py", False)])
+def test_a_ctrl_c_before_a_script_handles_signals_is_one_line(script, one_line):
+    """A Ctrl-C in a script's first seconds (while torch and gymnasium import) printed a traceback;
+    from vecdqn's import on it is one line, for vecdqn's scripts only (a program importing vecdqn
+    keeps its own hook)."""
+    root = Path(__file__).resolve().parents[1]
+    code = f"import sys; sys.argv[0] = {str(root / script)!r}; import vecdqn; raise KeyboardInterrupt"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root)
+    assert proc.returncode == -signal.SIGINT  # the interpreter's own exit for an uncaught Ctrl-C
+    if one_line:
+        assert proc.stderr == "train.py: interrupted\n"
+    else:
+        assert "Traceback" in proc.stderr and proc.stderr.rstrip().endswith("KeyboardInterrupt")

@@ -354,6 +354,8 @@ def test_a_resume_without_env_state_never_pairs_rows_of_two_games(tmp_path, monk
 
     monkeypatch.setattr(PQNLearner, "_update", record)
     capsys.readouterr()
+    for later in ("latest.pt", "final.pt", "step_000000028.pt"):  # a resume would overwrite them: refused
+        (kept.parent / later).unlink()
     resumed = Trainer.from_checkpoint(kept, {"total_steps": 50}, progress=False, handle_signals=False)
     resumed.run()
     out = capsys.readouterr()

@@ -32,7 +32,11 @@ def test_a_run_folder_is_one_process_s_and_an_unchosen_name_moves_aside(tmp_path
     os.close(fd2)  # that run ended; its folder holds a run
     third, _ = claim(tmp_path / "run", new=True, chosen=False)
     assert third == tmp_path / "run-3"
-    with pytest.raises(ConfigError, match="already holds a run"):
+    with pytest.raises(ConfigError, match="holds a run that stopped before its first checkpoint .* remove "):
+        claim(tmp_path / "run-2", new=True, chosen=True)
+    (tmp_path / "run-2" / "checkpoints").mkdir()
+    (tmp_path / "run-2" / "checkpoints" / "latest.pt").write_bytes(b"")
+    with pytest.raises(ConfigError, match="already holds a run; continue it with --resume"):
         claim(tmp_path / "run-2", new=True, chosen=True)
     os.close(fd)
 

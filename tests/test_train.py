@@ -138,5 +138,11 @@ def test_existing_run_name_is_not_overwritten(tmp_path):
     run.mkdir()
     (run / "config.json").write_text("{}")
     result = run_train("--preset", "catch", "--log-dir", str(tmp_path), "--run-name", "mine", timeout=60)
-    assert result.returncode == 2 and "--resume" in result.stderr
+    # no checkpoint in it: nothing to resume, so the advice is another name
+    assert result.returncode == 2 and "holds a run that stopped before its first checkpoint" in result.stderr
+    assert (run / "config.json").read_text() == "{}"
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "latest.pt").write_bytes(b"")
+    result = run_train("--preset", "catch", "--log-dir", str(tmp_path), "--run-name", "mine", timeout=60)
+    assert result.returncode == 2 and f"already holds a run; continue it with --resume {run}" in result.stderr
     assert (run / "config.json").read_text() == "{}"

@@ -40,7 +40,7 @@ from vecdqn.learners import POLICY_KEY, learner_spec
 
 __all__ = [
     "BEST", "CHECKPOINT_FORMAT", "CheckpointError", "Policy", "keep_best", "kept_checkpoints", "load", "load_policy",
-    "load_replay", "load_training", "remove_stale", "resolve_checkpoint", "save_atomic", "save_training",
+    "load_replay", "load_training", "remove_stale", "resolve_checkpoint", "save_atomic", "save_training", "saved_any",
 ]
 
 CHECKPOINT_FORMAT = "vecdqn-checkpoint-2"
@@ -104,8 +104,9 @@ def load(path: str | os.PathLike[str], *, required: tuple[str, ...] = ("config",
 
     Raises:
         CheckpointError: naming the file, if it does not exist, is not a zip archive as
-            ``torch.save`` writes (another kind of file, or a damaged one), cannot be unpickled
-            (corrupt or truncated) or lacks one of the ``required`` keys.
+            ``torch.save`` writes (another kind of file, or a damaged one), has a record whose
+            CRC-32 does not match its bytes (a bit changed on disk), cannot be unpickled (corrupt or
+            truncated) or lacks one of the ``required`` keys.
     """
     path = Path(path)
     if not path.is_file():
@@ -113,6 +114,10 @@ def load(path: str | os.PathLike[str], *, required: tuple[str, ...] = ("config",
     if not zipfile.is_zipfile(path):  # torch.save's format; a text file would read as a hostile pickle
         raise CheckpointError(f"checkpoint {path} is not a PyTorch checkpoint archive (corrupt or truncated, or "
                               "another kind of file)")
+    damaged = _failed_crc(path)
+    if damaged is not None:
+        raise CheckpointError(f"checkpoint {path} is damaged: its record {damaged} fails its CRC-32 check (changed "
+                              "on disk or in a copy); resume or evaluate from another checkpoint")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
@@ -131,6 +136,23 @@ def load(path: str | os.PathLike[str], *, required: tuple[str, ...] = ("config",
     return state
 
 
+def _failed_crc(path: Path) -> str | None:
+    """The first record of the archive whose bytes do not match the CRC-32 that ``torch.save``
+    stored beside them (``torch.load`` does not check them), or None where all match."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError) as err:  # a damaged directory or header
+        return f"directory ({type(err).__name__}: {err})"
+    except Exception as err:  # zlib errors and the like, for a record that does not even inflate
+        return f"data ({type(err).__name__}: {err})"
+
+
+def saved_any(run_dir: str | os.PathLike[str]) -> bool:
+    """Whether the run folder holds a checkpoint of any name (``checkpoints/*.pt``)."""
+    return any(Path(run_dir, "checkpoints").glob("*.pt"))
+
+
 def resolve_checkpoint(path: str | os.PathLike[str]) -> Path:
     """A checkpoint file; for a run folder ``checkpoints/latest.pt`` if present, else ``final.pt``.
 
@@ -143,6 +165,9 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> Path:
             candidate = path / "checkpoints" / name
             if candidate.is_file():
                 return candidate
+        if (path / "config.json").is_file() and not saved_any(path):
+            raise CheckpointError(f"run folder {path} stopped before its first checkpoint: there is nothing to "
+                                  f"resume; start a new run (remove {path} to use its name again)")
         raise CheckpointError(
             f"run folder {path} has no checkpoints/latest.pt or checkpoints/final.pt; pass a "
             "checkpoint file or a run folder that finished or saved a checkpoint"

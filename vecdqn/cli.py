@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import math
 import os
+import shlex
 import signal
 import sys
 import tempfile
@@ -347,16 +348,14 @@ def parse_config(argv: list[str] | None = None, *, validate: bool = True) -> tup
 
     A new run starts from `Config`'s defaults, replaced by its learner's own
     (`vecdqn.learners.LearnerSpec.defaults`), then by the values of a ``--preset``, then by the
-    options given. With
-    ``--resume`` the config is not validated here: the saved configuration, updated with the
-    options given, is checked when the run is loaded. ``validate=False`` leaves `Config.validate`
-    to the caller (train.py's run checks it once, in `vecdqn.preflight.preflight`).
+    options given. With ``--resume`` the config is not validated here: the saved configuration,
+    updated with the options given, is checked when the run is loaded. ``validate=False`` leaves
+    `Config.validate` to the caller (train.py's run checks it once, in `vecdqn.preflight.preflight`).
 
     Raises:
-        UsageError: a malformed option, both forms of one schedule, an unknown preset, a
-            ``--preset`` with ``--resume`` or with an ``--algo`` other than its own, or (without
-            ``--resume``) an option the run would not use (`check_options_apply`) or (with
-            ``validate``) a value `Config.validate` refuses.
+        UsageError: a malformed option, both forms of one schedule, an unknown preset, an empty ``--resume``, a
+            ``--preset`` with ``--resume`` or with another learner's ``--algo``, or (without ``--resume``) an option
+            the run would not use (`check_options_apply`) or (with ``validate``) a value `Config.validate` refuses.
     """
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
@@ -367,6 +366,8 @@ def parse_config(argv: list[str] | None = None, *, validate: bool = True) -> tup
         if schedule in given and both:
             raise UsageError(f"{option_flag(schedule)} and {', '.join(both)} set the same schedule; give one form "
                              "only")
+    if "resume" in given and not values["resume"].strip():  # "" would start a new run of the defaults
+        raise UsageError(f"--resume {values['resume']!r} names no run; give a run folder or a checkpoint file")
     preset = values["preset"]
     if preset:
         try:
@@ -421,7 +422,6 @@ def trainer_class(actors: int) -> type[TrainerBase]:
     if actors <= 0:
         return Trainer
     from vecdqn.distributed import require_ray
-
     try:
         require_ray()
     except ImportError as err:
@@ -469,9 +469,9 @@ def _train(argv: list[str] | None) -> int:
     try:
         summary = trainer.run()
     except Interrupted as stop:
+        again = shlex.join(["python", "scripts/train.py", "--resume", str(trainer.core.run_dir)])
         print(f"stopped by {signal.Signals(stop.signum).name} at agent step {trainer.core.state.step}; checkpoint: "
-              f"{stop.checkpoint_path}\nresume with: python scripts/train.py --resume {trainer.core.run_dir}",
-              file=sys.stderr)
+              f"{stop.checkpoint_path}\nresume with: {again}", file=sys.stderr)
         return stop.exit_code
     except KeyboardInterrupt:
         latest = trainer.core.run_dir / "checkpoints" / "latest.pt"
@@ -490,11 +490,11 @@ def _train(argv: list[str] | None) -> int:
         learning = summary["learning_sps"]  # NaN when no update ran
         print(
             f"done: {summary['steps']} agent steps, {summary['updates']} updates, {summary['episodes']} games, "
-            f"mean return (last 100) {summary['mean_return']:.2f}, {summary['sps']:.0f} agent steps/s"
+            + (f"mean return (last 100) {summary['mean_return']:.2f}, " if summary["episodes"] else "")
+            + f"{summary['sps']:.0f} agent steps/s"
             + (f" ({learning:.0f} while learning)" if math.isfinite(learning) else "") + "\n"
             f"run folder: {summary['run_dir']}\ncheckpoint: {summary['checkpoint']}", flush=True
         )
         if signals.signum is not None:
-            print(f"{PROG}: {signal.Signals(signals.signum).name} while exiting; nothing was stopped "
-                  f"(the run had finished; checkpoint: {summary['checkpoint']})", file=sys.stderr)
+            print(f"{PROG}: {signal.Signals(signals.signum).name} while exiting; nothing was stopped", file=sys.stderr)
     return 0

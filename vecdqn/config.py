@@ -129,7 +129,7 @@ class Config:
                      "ALE/Breakout-v5; the wrappers always do the frame skipping) or vecdqn/Catch-v0",
           "fixed_on_resume")
     seed: int = _f(1, "seed in [0, 2**32) of envs (env i gets seed+i), replay sampling and network init",
-                   "not_experiment")
+                   "not_experiment", "fixed_on_resume")
     total_steps: int = _f(10_000_000, "length of the run, in agent steps summed over envs", "not_experiment")
     num_envs: int = _f(8, "number of envs (games) stepped together, in env worker processes (AsyncVectorEnv)",
                        "fixed_on_resume", "not_with_actors")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from vecdqn.checkpoint import saved_any
 from vecdqn.config import Config
 from vecdqn.envs import check_env_options, make_env
 from vecdqn.learners import learner_spec
@@ -137,11 +138,13 @@ def check_log_dir(config: Config, *, resuming: bool) -> None:
     if config.run_name and (log_dir / config.run_name).exists() and not (log_dir / config.run_name).is_dir():
         raise ConfigError(f"--run-name {config.run_name}: {log_dir / config.run_name} is a file, not a run folder; "
                           "choose another --run-name")
-    if not resuming and config.run_name and (log_dir / config.run_name / "config.json").exists():
-        raise ConfigError(
-            f"--run-name {config.run_name}: {log_dir / config.run_name} already holds a run; continue it with "
-            f"--resume {log_dir / config.run_name} or choose another --run-name"
-        )
+    folder = log_dir / config.run_name if config.run_name else None
+    if not resuming and folder is not None and (folder / "config.json").exists():
+        if not saved_any(folder):
+            raise ConfigError(f"--run-name {config.run_name}: {folder} holds a run that stopped before its first "
+                              f"checkpoint (nothing to resume); remove {folder} or choose another --run-name")
+        raise ConfigError(f"--run-name {config.run_name}: {folder} already holds a run; continue it with "
+                          f"--resume {folder} or choose another --run-name")
     try:
         log_dir.mkdir(parents=True, exist_ok=True)
         probe = log_dir / f".write-test-{os.getpid()}"
@@ -171,7 +174,13 @@ def check_worker_limits(config: Config) -> None:
     """Refuse more env workers than the open-file limit can hold (each worker needs a pipe),
     instead of failing halfway through starting them. Counts every env worker of the run
     (`Config.env_workers`): with ``--actors`` the actors' workers, under the same limit on
-    this machine (and the Ray processes that connect them hold more)."""
+    this machine (and the Ray processes that connect them hold more).
+
+    Raises:
+        ConfigError: one line with the open files needed (``FDS_PER_WORKER`` per worker and 64
+            more) and the soft limit: the workers that fit, or, where not even one does, how
+            far to raise the limit (``ulimit -n N``).
+    """
     try:
         import resource
 
@@ -179,12 +188,19 @@ def check_worker_limits(config: Config) -> None:
     except (ImportError, OSError, ValueError):  # no such limit on this platform
         return
     workers, said = _worker_processes(config)
-    if soft != resource.RLIM_INFINITY and workers * FDS_PER_WORKER + 64 > soft:
+    needed = workers * FDS_PER_WORKER + 64
+    if soft == resource.RLIM_INFINITY or needed <= soft:
+        return
+    most = (soft - 64) // FDS_PER_WORKER
+    if most < 1:  # not even one worker fits: fewer workers cannot help
         raise ConfigError(
-            f"{said} needs about {workers * FDS_PER_WORKER + 64} open files for {workers} env workers but this "
-            f"process may open {soft} (ulimit -n); use at most {(soft - 64) // FDS_PER_WORKER} env workers or raise "
-            "the limit"
+            f"{said} needs about {needed} open files for {workers} env workers but the open-files limit is {soft} "
+            f"(ulimit -n), too low for even one env worker; raise it by {needed - soft}: ulimit -n {needed}"
         )
+    raise ConfigError(
+        f"{said} needs about {needed} open files for {workers} env workers but this process may open {soft} "
+        f"(ulimit -n); use at most {most} env workers or raise the limit: ulimit -n {needed}"
+    )
 
 
 def _worker_processes(config: Config) -> tuple[int, str]:

@@ -65,11 +65,13 @@ def resume(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None
         ConfigError: an override the run would not use (`vecdqn.config.check_options_used`,
             `vecdqn.envs.check_family_options`), or one that cannot apply to it: ``--log-dir``/``--run-name`` (the
             run keeps its folder), an option fixed on resume (`options_with("fixed_on_resume")`)
-            given another value, or a ``total_steps`` not beyond the checkpoint's step.
+            given another value, or a ``total_steps`` not beyond the checkpoint's step; a checkpoint
+            file older than the run's latest (resuming there would overwrite the later checkpoints).
     """
     file = checkpoint.resolve_checkpoint(path)
     saved = checkpoint.load_training(file)
     run_dir = file.parent.parent
+    _check_latest(file, int(saved["train_state"]["step"]))
     config = _continued_config(saved, dict(overrides or {}), run_dir)
     if not learner_spec(config.algo).keeps_replay:
         replay, note = None, ""
@@ -80,6 +82,24 @@ def resume(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None
     state = TrainState(**saved["train_state"]).resumed(config, with_replay=replay is not None)
     return Resumed(config=config, state=state, learner=saved["agent"], rng=saved["rng"], envs=saved.get("envs"),
                    replay=replay, note=note or "", run_dir=run_dir, path=file)
+
+
+def _check_latest(file: Path, step: int) -> None:
+    """Refuse a checkpoint ``file`` at agent ``step`` that the run folder's own ``latest.pt``,
+    ``final.pt`` or a kept ``step_*.pt`` has gone beyond: the resumed run would overwrite them, and
+    its curves would take back what the run had logged."""
+    kept = {path.name: int(path.stem.removeprefix("step_")) for path in file.parent.glob("step_*.pt")
+            if path.stem.removeprefix("step_").isdigit()}
+    for name in ("latest.pt", "final.pt", *sorted(kept, reverse=True)):
+        other = file.parent / name
+        if other == file or not other.is_file():
+            continue
+        later = kept[name] if name in kept else int(checkpoint.load_training(other)["train_state"]["step"])
+        if later > step:
+            raise ConfigError(f"--resume {file} is at agent step {step:,}, but the run went on to {later:,} "
+                              f"(checkpoints/{name}), which resuming there would overwrite; to go on from step "
+                              f"{step:,}, copy the run folder, remove the copy's later checkpoints (latest.pt, "
+                              "final.pt and those of later steps) and resume the copy")
 
 
 def _continued_config(saved: dict[str, Any], overrides: dict[str, Any], run_dir: Path) -> Config:

@@ -9,6 +9,7 @@ import time
 import traceback
 from pathlib import Path
 
+from vecdqn.checkpoint import saved_any
 from vecdqn.config import Config
 from vecdqn.preflight import ConfigError
 
@@ -48,6 +49,8 @@ def claim(run_dir: Path, *, new: bool, chosen: bool) -> tuple[Path, int]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             why = "already holds a run" if new and (folder / "config.json").exists() else ""
+            if why and not saved_any(folder):
+                why = "holds a run that stopped before its first checkpoint (nothing to resume)"
         except BlockingIOError:
             why = "is in use by another process"
         if not why:
@@ -55,7 +58,8 @@ def claim(run_dir: Path, *, new: bool, chosen: bool) -> tuple[Path, int]:
         os.close(fd)
         if chosen or not new:
             flag = "--run-name" if new else "--resume"
-            then = ("continue it with --resume or choose another --run-name" if new and "holds" in why
+            then = ("continue it with --resume or choose another --run-name" if new and "already" in why
+                    else f"remove {folder} or choose another --run-name" if new and "holds" in why
                     else "wait for that process to end" + ("" if not new else " or choose another --run-name"))
             raise ConfigError(f"{flag} {folder}: the run folder {why}; {then}")
         suffix += 1

@@ -25,6 +25,22 @@ __all__ = ["Handlers", "Interrupted", "StopSignals", "as_ctrl_c", "exit_process"
 _exit_code: int | None = None  # the code `exit_process` ends the process with, once it is called
 
 
+def _interrupted_in_one_line(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+    """``sys.excepthook`` of vecdqn's scripts: a Ctrl-C that no handler caught (while the imports
+    run, before a script installs its own) is one line, not a traceback; anything else as before.
+    The interpreter then ends the process by SIGINT, as for any uncaught KeyboardInterrupt."""
+    if issubclass(kind, KeyboardInterrupt):
+        print(f"{Path(sys.argv[0]).name}: interrupted", file=sys.stderr, flush=True)
+    else:
+        _previous_excepthook(kind, value, tb)
+
+
+# Installed on the first import of vecdqn (its __init__ imports this module first), for scripts/*.py only.
+_previous_excepthook = sys.excepthook
+if sys.argv and sys.argv[0] and Path(sys.argv[0]).resolve().parent == Path(__file__).resolve().parents[1] / "scripts":
+    sys.excepthook = _interrupted_in_one_line
+
+
 class Handlers:
     """``on_signal(signum, frame)`` as the handler of SIGINT and SIGTERM between `install` and
     `uninstall` (or inside ``with``), the previous handlers put back after. Main thread only."""
