@@ -424,8 +424,8 @@ def _evaluate_every_checkpoint(args: argparse.Namespace, device: torch.device) -
     """
     kept = kept_checkpoints(args.checkpoint)
     if not kept:
-        raise CheckpointError(f"{args.checkpoint} kept no checkpoints (checkpoints/step_<agent step>.pt): train with "
-                              "--keep-checkpoints and --checkpoint-every N")
+        raise CheckpointError(f"{args.checkpoint} kept no checkpoints (step_*.pt, one per --checkpoint-every agent "
+                              "steps with --keep-checkpoints); evaluate its last without --every-checkpoint")
     if args.steps is not None:
         chosen = select_steps(kept, args.steps)
         if not chosen:
