@@ -41,6 +41,7 @@ from vecdqn.learners import POLICY_KEY, learner_spec
 __all__ = [
     "BEST", "CHECKPOINT_FORMAT", "CheckpointError", "Policy", "keep_best", "kept_checkpoints", "load", "load_policy",
     "load_replay", "load_training", "remove_stale", "resolve_checkpoint", "save_atomic", "save_training", "saved_any",
+    "held_run",
 ]
 
 CHECKPOINT_FORMAT = "vecdqn-checkpoint-2"
@@ -151,6 +152,17 @@ def _failed_crc(path: Path) -> str | None:
 def saved_any(run_dir: str | os.PathLike[str]) -> bool:
     """Whether the run folder holds a checkpoint of any name (``checkpoints/*.pt``)."""
     return any(Path(run_dir, "checkpoints").glob("*.pt"))
+
+
+def held_run(run_dir: str | os.PathLike[str]) -> str:
+    """What a new run would find in ``run_dir``, as the end of a sentence about the folder: ``""``
+    (no run: its ``config.json`` is missing), ``"already holds a run"`` (one to resume), or
+    ``"holds a run that stopped before its first checkpoint (nothing to resume)"``."""
+    if not Path(run_dir, "config.json").exists():
+        return ""
+    if saved_any(run_dir):
+        return "already holds a run"
+    return "holds a run that stopped before its first checkpoint (nothing to resume)"
 
 
 def resolve_checkpoint(path: str | os.PathLike[str]) -> Path:

@@ -33,7 +33,7 @@ from vecdqn.config import MAX_COUNT, MAX_SECONDS, Config, check_options_used, op
 from vecdqn.learners import LEARNERS, learner_spec, learners_using
 from vecdqn.presets import PRESET_SOURCES, PRESETS, check_preset
 from vecdqn.schedules import SCHEDULE_SHORTHANDS, replaced_options
-from vecdqn.signals import as_ctrl_c
+from vecdqn.signals import as_ctrl_c, exiting_line
 
 if TYPE_CHECKING:
     from vecdqn.trainer import TrainerBase
@@ -496,5 +496,5 @@ def _train(argv: list[str] | None) -> int:
             f"run folder: {summary['run_dir']}\ncheckpoint: {summary['checkpoint']}", flush=True
         )
         if signals.signum is not None:
-            print(f"{PROG}: {signal.Signals(signals.signum).name} while exiting; nothing was stopped", file=sys.stderr)
+            print(exiting_line(PROG, signals.signum), file=sys.stderr)
     return 0

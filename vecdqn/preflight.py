@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from vecdqn.checkpoint import saved_any
+from vecdqn.checkpoint import held_run
 from vecdqn.config import Config
 from vecdqn.envs import check_env_options, make_env
 from vecdqn.learners import learner_spec
@@ -139,12 +139,10 @@ def check_log_dir(config: Config, *, resuming: bool) -> None:
         raise ConfigError(f"--run-name {config.run_name}: {log_dir / config.run_name} is a file, not a run folder; "
                           "choose another --run-name")
     folder = log_dir / config.run_name if config.run_name else None
-    if not resuming and folder is not None and (folder / "config.json").exists():
-        if not saved_any(folder):
-            raise ConfigError(f"--run-name {config.run_name}: {folder} holds a run that stopped before its first "
-                              f"checkpoint (nothing to resume); remove {folder} or choose another --run-name")
-        raise ConfigError(f"--run-name {config.run_name}: {folder} already holds a run; continue it with "
-                          f"--resume {folder} or choose another --run-name")
+    held = held_run(folder) if folder is not None and not resuming else ""
+    if held:
+        then = f"continue it with --resume {folder}" if held == "already holds a run" else f"remove {folder}"
+        raise ConfigError(f"--run-name {config.run_name}: {folder} {held}; {then} or choose another --run-name")
     try:
         log_dir.mkdir(parents=True, exist_ok=True)
         probe = log_dir / f".write-test-{os.getpid()}"

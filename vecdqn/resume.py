@@ -88,8 +88,7 @@ def _check_latest(file: Path, step: int) -> None:
     """Refuse a checkpoint ``file`` at agent ``step`` that the run folder's own ``latest.pt``,
     ``final.pt`` or a kept ``step_*.pt`` has gone beyond: the resumed run would overwrite them, and
     its curves would take back what the run had logged."""
-    kept = {path.name: int(path.stem.removeprefix("step_")) for path in file.parent.glob("step_*.pt")
-            if path.stem.removeprefix("step_").isdigit()}
+    kept = {path.name: kept_step for kept_step, path in checkpoint.kept_checkpoints(file.parent.parent)}
     for name in ("latest.pt", "final.pt", *sorted(kept, reverse=True)):
         other = file.parent / name
         if other == file or not other.is_file():

@@ -9,7 +9,7 @@ import time
 import traceback
 from pathlib import Path
 
-from vecdqn.checkpoint import saved_any
+from vecdqn.checkpoint import held_run
 from vecdqn.config import Config
 from vecdqn.preflight import ConfigError
 
@@ -48,19 +48,16 @@ def claim(run_dir: Path, *, new: bool, chosen: bool) -> tuple[Path, int]:
         fd = os.open(folder, os.O_RDONLY)  # the folder itself is locked: no file of its own left behind
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            why = "already holds a run" if new and (folder / "config.json").exists() else ""
-            if why and not saved_any(folder):
-                why = "holds a run that stopped before its first checkpoint (nothing to resume)"
+            why = held_run(folder) if new else ""
+            then = "continue it with --resume" if why == "already holds a run" else f"remove {folder}"
         except BlockingIOError:
-            why = "is in use by another process"
+            why, then = "is in use by another process", "wait for that process to end"
         if not why:
             return folder, fd
         os.close(fd)
         if chosen or not new:
             flag = "--run-name" if new else "--resume"
-            then = ("continue it with --resume or choose another --run-name" if new and "already" in why
-                    else f"remove {folder} or choose another --run-name" if new and "holds" in why
-                    else "wait for that process to end" + ("" if not new else " or choose another --run-name"))
+            then += " or choose another --run-name" if new else ""
             raise ConfigError(f"{flag} {folder}: the run folder {why}; {then}")
         suffix += 1
 

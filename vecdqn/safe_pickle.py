@@ -51,8 +51,7 @@ class _Restricted(pickle.Unpickler):
             try:
                 obj = getattr(importlib.import_module(module), name, None)
             except ImportError:
-                raise pickle.UnpicklingError(f"the file names {module}.{name}, which this version of vecdqn does not "
-                                             "have (a file written by another version?)") from None
+                obj = None
             if isinstance(obj, type):
                 return obj
             if obj is None and module.startswith("vecdqn"):

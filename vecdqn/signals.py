@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
-__all__ = ["Handlers", "Interrupted", "StopSignals", "as_ctrl_c", "exit_process", "exit_signals"]
+__all__ = ["Handlers", "Interrupted", "StopSignals", "as_ctrl_c", "exit_process", "exit_signals", "exiting_line"]
 
 _exit_code: int | None = None  # the code `exit_process` ends the process with, once it is called
 
@@ -161,6 +161,12 @@ class StopSignals:
                      "(send it again to stop at once)")
 
 
+def exiting_line(prog: str, signum: int) -> str:
+    """The one line for a signal that came once the script had done its work:
+    ``<prog>: <SIGNAL> while exiting; nothing was stopped``."""
+    return f"{prog}: {signal.Signals(signum).name} while exiting; nothing was stopped"
+
+
 def exit_signals(code: int, prog: str) -> None:
     """From here on a SIGINT or SIGTERM stops nothing: it prints one line on stderr,
     ``<prog>: <SIGNAL> while exiting; nothing was stopped``, and ends the process at once with
@@ -168,8 +174,7 @@ def exit_signals(code: int, prog: str) -> None:
 
     def on_signal(signum: int, frame: Any) -> None:
         try:
-            print(f"{prog}: {signal.Signals(signum).name} while exiting; nothing was stopped", file=sys.stderr,
-                  flush=True)
+            print(exiting_line(prog, signum), file=sys.stderr, flush=True)
         finally:
             os._exit(code)
 
