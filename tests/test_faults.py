@@ -162,6 +162,26 @@ def test_a_replay_of_another_checkpoint_is_not_used(tmp_path):
     assert buffer is None and "belongs to another checkpoint" in reason
 
 
+def test_a_replay_file_changed_on_disk_is_refused_by_its_crc(tmp_path):
+    config = catch_config(tmp_path, total_steps=300, save_replay=True, run_name="run")
+    Trainer(config, progress=False).run()
+    folder = tmp_path / "run" / "checkpoints"
+    state = checkpoint.load_training(folder / "latest.pt")
+    assert isinstance(state["replay_crc32"], int)
+    (replay,) = folder.glob("latest.pt.*.replay")
+    data = bytearray(replay.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one bit inside the stored frames: the pickle itself still loads
+    replay.write_bytes(bytes(data))
+    with pytest.raises(checkpoint.CheckpointError, match=r"is damaged: its CRC-32 is [0-9a-f]{8}, the checkpoint "
+                                                         r"recorded [0-9a-f]{8}"):
+        checkpoint.load_replay(state)
+    with pytest.raises(checkpoint.CheckpointError, match="CRC-32"):
+        Trainer.from_checkpoint(tmp_path / "run", {"total_steps": 400}, progress=False)
+    # A checkpoint of an earlier version recorded no CRC: its replay loads as before.
+    del state["replay_crc32"]
+    assert checkpoint.load_replay(state)[0] is not None
+
+
 # 3. TensorBoard after a resume from an older checkpoint --------------------------------------------
 def test_resumed_run_has_one_value_per_step_in_tensorboard(tmp_path):
     killed = run_in_subprocess(f"""

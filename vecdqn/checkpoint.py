@@ -24,6 +24,7 @@ import random
 import shutil
 import time
 import uuid
+import zlib
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -328,6 +329,31 @@ def set_rng_states(states: dict[str, Any]) -> None:
     torch.set_rng_state(states["torch"])
 
 
+class _Crc32Writer:
+    """Forwards ``write`` to a binary file while keeping the CRC-32 (zlib's) of all bytes written."""
+
+    def __init__(self) -> None:
+        self.crc = 0
+        self._file: IO[bytes] | None = None
+
+    def to(self, file: IO[bytes]) -> "_Crc32Writer":
+        self._file, self.crc = file, 0
+        return self
+
+    def write(self, data: Any) -> int:
+        self.crc = zlib.crc32(data, self.crc)
+        return self._file.write(data)
+
+
+def _file_crc32(path: Path, chunk: int = 1 << 24) -> int:
+    """The CRC-32 (zlib's) of a file's bytes, read in 16 MiB chunks."""
+    crc = 0
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            crc = zlib.crc32(block, crc)
+    return crc
+
+
 def _tuples(value: Any) -> Any:
     """Lists back to the tuples `random.setstate` expects."""
     return tuple(_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
@@ -360,9 +386,10 @@ def save_training(path: str | os.PathLike[str], *, replay: Any = None, envs: dic
     if replay is not None:
         token = uuid.uuid4().hex[:12]
         replay_path = path.with_name(f"{path.name}.{token}.replay")
+        writer = _Crc32Writer()
         save_atomic({"token": token, "buffer": replay}, replay_path,
-                    dump=lambda obj, f: pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL))
-        state["replay_file"], state["replay_token"] = replay_path.name, token
+                    dump=lambda obj, f: pickle.dump(obj, writer.to(f), protocol=pickle.HIGHEST_PROTOCOL))
+        state["replay_file"], state["replay_token"], state["replay_crc32"] = replay_path.name, token, writer.crc
     try:
         save_atomic(state, path)
     except CheckpointError:
@@ -405,7 +432,9 @@ def load_replay(state: dict[str, Any]) -> tuple[Any, str | None]:
         file is missing or belongs to another checkpoint (never combined with it).
 
     Raises:
-        CheckpointError: the replay file is corrupt, truncated or holds disallowed objects.
+        CheckpointError: the replay file fails the CRC-32 its checkpoint recorded (a bit changed on
+            disk: frames would load wrong without any other sign), is corrupt, truncated or holds
+            disallowed objects.
     """
     name = state.get("replay_file")
     if not name:
@@ -413,6 +442,18 @@ def load_replay(state: dict[str, Any]) -> tuple[Any, str | None]:
     path = Path(state["path"]).parent / name
     if not path.is_file():
         return None, f"its replay file {path} is missing"
+    expected = state.get("replay_crc32")  # absent in checkpoints of earlier versions
+    if expected is not None:
+        try:
+            found = _file_crc32(path)
+        except OSError as err:
+            raise CheckpointError(f"replay file {path} could not be read ({type(err).__name__}: {err})") from None
+        if found != expected:
+            raise CheckpointError(
+                f"replay file {path} is damaged: its CRC-32 is {found:08x}, the checkpoint recorded {expected:08x} "
+                "(changed on disk or in a copy); resume from another checkpoint, or remove the file to resume with a "
+                "replay that refills (the run is then no longer exact)"
+            )
     try:
         with open(path, "rb") as f:
             saved = safe_pickle.load(f)
