@@ -3,6 +3,8 @@ game; snapshots that move between any K; the split rule; failures that name the 
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -128,6 +130,24 @@ def test_a_killed_worker_names_its_envs():
         with pytest.raises(WorkerError, match=r"^envs 2-3 \(worker 1, vecdqn/Catch-v0\) failed at agent step 4"):
             guard.step_async(np.zeros(4, dtype=np.int64), 4)
             guard.step_wait(4)
+    finally:
+        guard.force_close()
+
+
+@pytest.mark.parametrize("envs_per_worker", [1, 2])
+def test_closing_with_a_step_pending_awaits_it_without_a_warning(envs_per_worker):
+    # As after a stop signal that comes while the workers step: close() waits for the step and
+    # drops it, saying nothing (gymnasium would print "Calling `close` while waiting ...").
+    guard = WorkerGuard(make_vector_env("vecdqn/Catch-v0", 4, envs_per_worker=envs_per_worker), 30.0,
+                        "vecdqn/Catch-v0")
+    try:
+        guard.reset(seed=0, step=0)
+        guard.step_async(np.zeros(4, dtype=np.int64), 0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            guard.close()
+        assert guard.closed
+        assert [str(w.message) for w in caught if "close" in str(w.message)] == []
     finally:
         guard.force_close()
 

@@ -293,10 +293,13 @@ class WorkerGuard:
             raise self._failure(step, err, "restore") from err
 
     def close(self) -> None:
-        """Close the workers normally (each finishes its current call)."""
+        """Close the workers normally (each finishes its current call; a step still pending, as
+        after a stop signal, is awaited and its result dropped without gymnasium's warning)."""
         if not self.envs.closed:
             try:
-                self.envs.close()
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message=".*Calling `close` while waiting for a pending call")
+                    self.envs.close()
             except Exception:  # a dead worker's pipe: nothing left to close politely
                 self.force_close()
 
