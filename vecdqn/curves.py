@@ -163,14 +163,16 @@ def checkpoint_evals(folder: Path) -> dict[str, list[Any]]:
     accumulator = EventAccumulator(str(evals), size_guidance={"scalars": 0})
     # Each evaluation's file opens with TensorBoard's restart marker, so that the results it
     # repeats replace the earlier file's; the accumulator warns of the purge the marker asks for.
-    with _quiet_tensorboard():
+    with quiet_tensorboard():
         accumulator.Reload()
     return {tag: sorted(accumulator.Scalars(tag), key=lambda e: e.step) for tag in accumulator.Tags()["scalars"]}
 
 
 @contextlib.contextmanager
-def _quiet_tensorboard():
-    """TensorBoard's logger at ERROR for the duration: its restart-marker warning is expected here."""
+def quiet_tensorboard():
+    """TensorBoard's logger at ERROR for the duration. Its warning "Detected out of order event.step
+    likely caused by a TensorFlow restart" is expected for a resumed run (whose restart marker drops
+    what the stopped process logged after its checkpoint) and for checkpoint evaluations."""
     logger = logging.getLogger("tensorboard")
     level = logger.level
     logger.setLevel(logging.ERROR)
@@ -269,7 +271,8 @@ def read_run(folder: str | Path, window: int = WINDOW) -> RunCurves:
     check_run_folder(folder)
     config = read_config(folder)
     accumulator = EventAccumulator(str(folder), size_guidance={"scalars": 0})
-    accumulator.Reload()
+    with quiet_tensorboard():
+        accumulator.Reload()
     try:
         origin = accumulator.FirstEventTimestamp()
     except ValueError as err:

@@ -196,12 +196,15 @@ def board_rows(run_dir: str | os.PathLike[str], *, after: int, upto: float) -> t
     (Unix seconds)}``. Events a resumed run superseded are left out, as TensorBoard leaves them out."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    from vecdqn.curves import quiet_tensorboard
+
     rows: dict[int, dict[str, Any]] = {}
     times: dict[int, float] = {}
     if upto <= after or not Path(run_dir).is_dir():
         return rows, times
     accumulator = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "images": 0})
-    accumulator.Reload()
+    with quiet_tensorboard():
+        accumulator.Reload()
     tags = accumulator.Tags()
     events = [(tag, e, e.value) for tag in tags["scalars"] for e in accumulator.Scalars(tag)]
     events += [(tag, e, _Gif(e.encoded_image_string)) for tag in tags["images"] for e in accumulator.Images(tag)]

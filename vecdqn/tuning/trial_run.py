@@ -35,7 +35,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import vecdqn
 
 # The tags read and the training objective's trailing window: those of scripts/plot.py's curves.
-from vecdqn.curves import EVAL_TAG, TRAIN_TAG, WINDOW, event_files
+from vecdqn.curves import EVAL_TAG, TRAIN_TAG, WINDOW, event_files, quiet_tensorboard
 
 __all__ = ["EVAL_TAG", "TRAIN_TAG", "EventFollower", "TrialProcess"]
 
@@ -180,7 +180,8 @@ class EventFollower:
                 return None
             # Keep every scalar (the trailing mean needs the games); images (videos) are not read.
             self._accumulator = EventAccumulator(str(self.run_dir), size_guidance={"scalars": 0, "images": 1})
-        self._accumulator.Reload()
+        with quiet_tensorboard():
+            self._accumulator.Reload()
         return self._accumulator
 
     def _events(self, tag: str) -> list[Any]:
