@@ -24,8 +24,8 @@ import random
 import shutil
 import time
 import uuid
-import zlib
 import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -336,7 +336,7 @@ class _Crc32Writer:
         self.crc = 0
         self._file: IO[bytes] | None = None
 
-    def to(self, file: IO[bytes]) -> "_Crc32Writer":
+    def to(self, file: IO[bytes]) -> _Crc32Writer:
         self._file, self.crc = file, 0
         return self
 
