@@ -33,6 +33,8 @@ run so far) and the last, and ``--keep-best`` copies the best to ``checkpoints/b
 ``--steps FIRST:LAST:EVERY`` takes some of them: those at agent steps from FIRST to LAST
 (inclusive) that lie a multiple of EVERY after FIRST, e.g. ``--steps 4000000::200000`` for every
 200,000th agent step from 4M on (each part optional: ``4000000:``, ``:1000000``, ``::500000``).
+A checkpoint kept at the first vector step past a multiple of ``--checkpoint-every`` counts as that
+multiple: 128 envs keep the one for 250,000 at 250,112, and ``::250000`` takes it.
 
 The results are written when every checkpoint is done, merged with earlier ones (this
 evaluation's steps replace theirs): an interrupted evaluation writes none and leaves the earlier
@@ -51,6 +53,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -174,8 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FIRST:LAST:EVERY",
         default=None,
         help="with --every-checkpoint: only the kept checkpoints at agent steps FIRST to LAST "
-        "(inclusive) that lie a multiple of EVERY agent steps after FIRST; each part may be left "
-        "out (FIRST 0, LAST the end, EVERY 1), e.g. 4000000::200000 (default: every kept checkpoint)",
+        "(inclusive) that lie a multiple of EVERY agent steps after FIRST, each counted at the "
+        "multiple of --checkpoint-every it was kept for (250,112 counts as 250,000); each part may "
+        "be left out (FIRST 0, LAST the end, EVERY 1), e.g. 4000000::200000 (default: every kept checkpoint)",
     )
     parser.add_argument(
         "--device", default="auto", help="torch device: auto (cuda when available), cpu, cuda"
@@ -257,11 +261,18 @@ def parse_steps(text: str) -> tuple[int, int | None, int]:
     return first, last, 1 if every is None else every
 
 
-def select_steps(kept: list[tuple[int, Path]], steps: tuple[int, int | None, int]) -> list[tuple[int, Path]]:
-    """The kept checkpoints ``[(agent step, path)]`` that `parse_steps`'s ``(first, last, every)`` takes."""
+def select_steps(kept: list[tuple[int, Path]], steps: tuple[int, int | None, int],
+                 checkpoint_every: int) -> list[tuple[int, Path]]:
+    """The kept checkpoints ``[(agent step, path)]`` that `parse_steps`'s ``(first, last, every)`` takes.
+
+    A run keeps a checkpoint at the first vector step at or past each multiple of its
+    ``checkpoint_every`` (agent steps), e.g. at 250,112 for 250,000 with 128 envs; each counts as
+    that multiple, so ``::2000000`` takes the one written for 2,000,000 at 2,000,000 + a few.
+    """
     first, last, every = steps
-    return [(step, path) for step, path in kept
-            if step >= first and (last is None or step <= last) and (step - first) % every == 0]
+    due = [(step - step % checkpoint_every, step, path) for step, path in kept]  # the multiple it was kept for
+    end = math.inf if last is None else last
+    return [(step, path) for d, step, path in due if first <= d <= end and (d - first) % every == 0]
 
 
 def _is_json(path: Path) -> bool:
@@ -427,7 +438,7 @@ def _evaluate_every_checkpoint(args: argparse.Namespace, device: torch.device) -
         raise CheckpointError(f"{args.checkpoint} kept no checkpoints (step_*.pt, one per --checkpoint-every agent "
                               "steps with --keep-checkpoints); evaluate its last without --every-checkpoint")
     if args.steps is not None:
-        chosen = select_steps(kept, args.steps)
+        chosen = select_steps(kept, args.steps, load_policy(kept[-1][1]).config.checkpoint_every)
         if not chosen:
             raise UsageError(f"--steps selects none of the {len(kept)} kept checkpoints of {args.checkpoint} "
                              f"(agent steps {kept[0][0]:,} to {kept[-1][0]:,})")
@@ -485,7 +496,7 @@ def best_and_last(run_dir: str | Path, keep: bool = False) -> str:
         return "no evaluation of a kept checkpoint recorded"
     share = f"{last.value / best.value:.1%} of the best" if best.value > 0 else f"best {best.value:g}"
     lines = [f"best: agent step {best.step:,} ({best.minutes:.1f} min of training), mean {best.value:.2f} "
-             f"(of {len(evals.steps)} evaluated checkpoints)",
+             f"(of {len(evals.steps)} evaluated checkpoint{'s' * (len(evals.steps) != 1)})",
              f"last: agent step {last.step:,} ({last.minutes:.1f} min of training), mean {last.value:.2f} ({share})"]
     if keep:
         source = keep_best(run_dir, best.step)

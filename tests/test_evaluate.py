@@ -480,6 +480,22 @@ def test_steps_selects_among_the_kept_checkpoints(evaluated_catch_run, tmp_path,
     assert sorted(_evals(run_dir / CHECKPOINT_EVALS)) == want
 
 
+def test_steps_counts_a_checkpoint_kept_past_its_multiple_as_that_multiple(tmp_path, capsys):
+    # 3 envs step 3 agent steps at a time: the checkpoints for 200, 400 and 600 are kept at 201, 402 and 600.
+    config = catch_config(tmp_path, num_envs=3, total_steps=700, checkpoint_every=200, keep_checkpoints=True,
+                          run_name="run")
+    Trainer(config, progress=False).run()
+    capsys.readouterr()
+    run_dir = Path(config.log_dir) / "run"
+    assert [step for step, _ in checkpoint.kept_checkpoints(run_dir)] == [201, 402, 600]
+    outs = []
+    for steps, want in [("::400", [402]), ("200:600:400", [201, 600]), ("400:", [402, 600]), (":200", [201])]:
+        assert _script().main([str(run_dir), "--every-checkpoint", "--episodes", "1", "--steps", steps]) == 0
+        outs.append(capsys.readouterr().out)
+        assert list(_rows(outs[-1])) == want, steps
+    assert "(of 1 evaluated checkpoint)" in outs[0] and "(of 3 evaluated checkpoints)" in outs[-1]
+
+
 @pytest.mark.parametrize("args, word", [
     (["--steps", "400:"], "add --every-checkpoint"),
     (["--every-checkpoint", "--steps", "4e5:"], "not FIRST:LAST:EVERY"),
