@@ -72,6 +72,8 @@ def test_preset_sets_defaults_but_explicit_options_win():
         (["--run-name", "../escape"], "--run-name '../escape' must be a plain folder name"),
         (["--per-alpha", "-1"], "--per-alpha -1.0 must be a finite number >= 0"),
         (["--max-grad-norm", "-1"], "--max-grad-norm -1.0 must be a finite number >= 0"),
+        (["--torch-threads", "100000"], "--torch-threads 100000 must be a finite number in [0, 1024]"),
+        (["--torch-threads", "-1"], "--torch-threads -1 must be a finite number in [0, 1024]"),
         (["--overlap-forward", "--compile"], "--overlap-forward cannot be combined with --compile"),
         (["--total-steps", "abc"], "invalid int value: 'abc'"),  # argparse's own error, in one line
         # Python's int reads Arabic-Indic digits as 12; an option takes the digits 0-9 only

@@ -1,6 +1,7 @@
 """A run owns its folder; kept checkpoints and logged values do not depend on where a run was
 stopped and resumed."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,7 @@ import pytest
 from helpers import catch_config
 
 from vecdqn import checkpoint, cli
-from vecdqn.preflight import ConfigError
+from vecdqn.preflight import ConfigError, check_log_dir
 from vecdqn.run_dir import claim
 from vecdqn.trainer import Trainer
 
@@ -27,8 +28,6 @@ def test_a_run_folder_is_one_process_s_and_an_unchosen_name_moves_aside(tmp_path
     other, fd2 = claim(tmp_path / "run", new=True, chosen=False)
     assert other == tmp_path / "run-2"
     (tmp_path / "run-2" / "config.json").write_text("{}")
-    import os
-
     os.close(fd2)  # that run ended; its folder holds a run
     third, _ = claim(tmp_path / "run", new=True, chosen=False)
     assert third == tmp_path / "run-3"
@@ -39,6 +38,22 @@ def test_a_run_folder_is_one_process_s_and_an_unchosen_name_moves_aside(tmp_path
     with pytest.raises(ConfigError, match="already holds a run; continue it with --resume"):
         claim(tmp_path / "run-2", new=True, chosen=True)
     os.close(fd)
+
+
+def test_a_live_run_before_its_first_checkpoint_is_named_as_in_use_not_as_one_to_remove(tmp_path):
+    """Checked before any worker starts: a run that trains there now wrote its config.json but no
+    checkpoint yet, and the advice must not be to remove its folder."""
+    config = catch_config(tmp_path, run_name="run")
+    folder, fd = claim(tmp_path / "run", new=True, chosen=True)
+    (folder / "config.json").write_text(config.to_json())
+    try:
+        with pytest.raises(ConfigError, match=r"^--run-name run: .*run is in use by another process") as err:
+            check_log_dir(config, resuming=False)
+        assert "remove" not in str(err.value) and len(str(err.value).splitlines()) == 1
+    finally:
+        os.close(fd)
+    with pytest.raises(ConfigError, match="holds a run that stopped before its first checkpoint"):
+        check_log_dir(config, resuming=False)  # its process ended: now the folder is one to remove
 
 
 @pytest.mark.slow  # over 15 s: kept out of CI's 10 minutes (python -m pytest -m slow)
@@ -57,7 +72,7 @@ def test_the_same_run_name_started_twice_at_once_is_refused_in_one_line(tmp_path
     finally:
         first.wait(timeout=300)
     assert second.returncode == 2, second.stderr
-    assert len(second.stderr.strip().splitlines()) == 1 and "run" in second.stderr
+    assert len(second.stderr.strip().splitlines()) == 1 and "is in use by another process" in second.stderr
     assert first.returncode == 0, first.stderr[-2000:]
     assert len(list((tmp_path / "run").glob("events.out.tfevents.*"))) == 1
 

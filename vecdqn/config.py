@@ -143,8 +143,8 @@ class Config:
                        "fixed_by_tuner", "not_experiment")
     device: str = _f("auto", "torch device for the learner: auto (cuda when available), cpu, cuda, cuda:1, ...",
                      "not_experiment")
-    torch_threads: int = _f(0, "torch intra-op threads of the learner (0: all cores on a CPU learner, "
-                               "the cores the env workers leave free on a GPU)", "not_experiment")
+    torch_threads: int = _f(0, "torch intra-op threads of the learner, at most 1024 (0: all cores on a CPU "
+                               "learner, the cores the env workers leave free on a GPU)", "not_experiment")
     log_every: int = _f(10_000, "write scalar metrics every this many agent steps", "not_experiment")
     preset: str = _f("", f"named set of defaults to start from: {', '.join(PRESETS)} (their values and sources are "
                          "listed below); explicit options win",
@@ -405,8 +405,7 @@ def _check_ranges(c: Config) -> None:
         value = getattr(c, name)
         if value < 1:
             raise ValueError(f"{option_flag(name)} {value} must be a positive integer (>= 1)")
-    for name in ["learning_starts", "checkpoint_every", "eval_every", "epsilon_decay_steps",
-                 "torch_threads"]:
+    for name in ["learning_starts", "checkpoint_every", "eval_every", "epsilon_decay_steps"]:
         value = getattr(c, name)
         if value < 0:
             raise ValueError(f"{option_flag(name)} {value} must be >= 0")
@@ -423,6 +422,7 @@ def _check_ranges(c: Config) -> None:
         ("per_alpha", c.per_alpha, c.per_alpha >= 0, ">= 0 (0: uniform sampling)"),
         ("per_eps", c.per_eps, c.per_eps > 0, "> 0"),
         ("max_grad_norm", c.max_grad_norm, c.max_grad_norm >= 0, ">= 0 (0: no clipping)"),
+        ("torch_threads", c.torch_threads, 0 <= c.torch_threads <= 1024, "in [0, 1024] (0: chosen for the device)"),
     ]:
         if not (ok and math.isfinite(value)):
             raise ValueError(f"{option_flag(name)} {value} must be a finite number {allowed}")

@@ -6,6 +6,7 @@ command line prints it as one line and exits with code 2.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
@@ -132,13 +133,37 @@ def check_env_starts(config: Config) -> int:
         env.close()
 
 
+def in_use(folder: Path) -> bool:
+    """Whether another process holds the run folder's lock (``flock``, taken by
+    `vecdqn.run_dir.claim` for as long as the run lasts); False for a missing folder."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # let go of by the close below
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 def check_log_dir(config: Config, *, resuming: bool) -> None:
-    """The run folder is new (unless resuming) and ``--log-dir`` is writable."""
+    """The run folder is new and no running process holds it (unless resuming), and ``--log-dir``
+    is writable.
+
+    Raises:
+        ConfigError: one line naming the folder or ``--log-dir`` and what to do instead.
+    """
     log_dir = Path(config.log_dir)
     if config.run_name and (log_dir / config.run_name).exists() and not (log_dir / config.run_name).is_dir():
         raise ConfigError(f"--run-name {config.run_name}: {log_dir / config.run_name} is a file, not a run folder; "
                           "choose another --run-name")
     folder = log_dir / config.run_name if config.run_name else None
+    if folder is not None and not resuming and in_use(folder):  # a live run, before its first checkpoint too
+        raise ConfigError(f"--run-name {config.run_name}: {folder} is in use by another process (a run "
+                          "training there now); wait for it to end or choose another --run-name")
     held = held_run(folder) if folder is not None and not resuming else ""
     if held:
         then = f"continue it with --resume {folder}" if held == "already holds a run" else f"remove {folder}"
