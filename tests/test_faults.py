@@ -428,6 +428,25 @@ def test_one_bar_from_start_to_end_with_the_warm_up_marked(tmp_path, capsys):
     assert counts[0] == 40 and counts[-1] == 164 and counts == sorted(counts), counts
 
 
+def test_the_bar_drops_warm_up_when_learning_starts_before_any_game_ends_and_comes_after_the_first_line(
+        tmp_path, capsys):
+    """Enduro's games last ~3,000 agent steps: 128 envs learn for 400,000 agent steps before one ends.
+    The run's first line (stdout) names its folder before the bar (stderr) is drawn."""
+    logger = MetricsLogger(str(tmp_path), {}, 1_000, progress=True)
+    logger.learning_started(100)
+    logger.progress(200, games=0)
+    assert "warm-up" not in logger.bar.postfix and "games=0" in logger.bar.postfix
+    logger.close()
+    capsys.readouterr()
+    config = catch_config(tmp_path, total_steps=200, run_name="run")
+    with capsys.disabled():  # one stream, as `train.py ... 2>&1 | tee log` sees it
+        out = subprocess.run([sys.executable, str(ROOT / "scripts" / "train.py"), "--preset", "catch",
+                              "--total-steps", "200", "--learning-starts", "100", "--log-dir", str(tmp_path),
+                              "--run-name", "run"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert out.returncode == 0, out.stdout
+    assert out.stdout.lstrip("\r").startswith(f"{tmp_path / 'run'}: {config.env_id}"), out.stdout[:300]
+
+
 def test_replay_loads_with_numpy_state_intact(tmp_path):
     Trainer(catch_config(tmp_path, total_steps=300, save_replay=True, run_name="run"), progress=False).run()
     state = checkpoint.load_training(tmp_path / "run" / "checkpoints" / "latest.pt")

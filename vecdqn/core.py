@@ -121,13 +121,13 @@ class TrainingCore(CollectorPort):
             checkpoint.set_rng_states(r.rng)
         self.learner.start()
         s = self.state
-        self.logger = MetricsLogger(str(self.run_dir), c.to_dict(), c.total_steps, initial_step=s.step,
-                                     progress=self.progress)
-        threads = torch.get_num_threads()
+        threads = torch.get_num_threads()  # the run's first lines, then its bar
         self.say(f"{self.run_dir}: {c.env_id}, {c.total_steps:,} agent steps; learner on {self.device.type} "
                  f"({threads} torch thread{'' if threads == 1 else 's'})")
         for line in self._amp_said:
             self.say(line)
+        self.logger = MetricsLogger(str(self.run_dir), c.to_dict(), c.total_steps, initial_step=s.step,
+                                     progress=self.progress)
         if not c.actors and c.total_steps % c.num_envs:
             self.say(f"--total-steps {c.total_steps:,} is not a multiple of --num-envs {c.num_envs}: the run ends at "
                      f"agent step {-(-c.total_steps // c.num_envs) * c.num_envs:,}, the first vector step to reach it")

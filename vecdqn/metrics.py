@@ -207,6 +207,8 @@ class MetricsLogger:
             self.bar.set_postfix(ret=f"{mean_return:.2f}", games=games, refresh=False)
             if self._phase:
                 self.bar.postfix += f", {self._phase}"
+        else:  # long games (Enduro's run ~3,000 agent steps each): learning, no game ended yet
+            self.bar.set_postfix_str(self._phase or "games=0", refresh=False)
         self.bar.update(step - self._step)
         self._step = step
 
