@@ -517,15 +517,16 @@ def test_a_signal_at_a_runs_end_is_recorded_without_a_word_and_a_second_still_st
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-# Where one SIGINT lands in train.py once its run has reached --total-steps: while the final
-# checkpoint is written, while the env workers close, while TensorBoard's writer closes, and while
-# the interpreter exits (the last atexit callback; the teardown after it, where CPython has put the
-# default handlers back).
+# Where one SIGINT lands in train.py once its run has reached --total-steps: during the vector step
+# that reaches it, while the final checkpoint is written, while the env workers close, while
+# TensorBoard's writer closes, and while the interpreter exits (the last atexit callback; the
+# teardown after it, where CPython has put the default handlers back).
 SIGNAL_AT_THE_END = """
     import atexit, runpy, signal, sys
     from vecdqn.core import TrainingCore
     from vecdqn.envs import WorkerGuard
     from vecdqn.metrics import MetricsLogger
+    from vecdqn.trainer import VectorCollector
 
     def interrupted(original, name=None):
         def call(self, *args, **kwargs):
@@ -535,7 +536,14 @@ SIGNAL_AT_THE_END = """
         return call
 
     where = {where!r}
-    if where == "exit":
+    if where == "last step":  # lands while the envs step to --total-steps
+        collect = VectorCollector.collect
+        def last(self):
+            collect(self)
+            if self.core.state.step >= self.core.config.total_steps:
+                signal.raise_signal(signal.SIGINT)
+        VectorCollector.collect = last
+    elif where == "exit":
         atexit.register(signal.raise_signal, signal.SIGINT)  # the last callback to run
     elif where == "teardown":  # after the atexit callbacks: the interpreter clears its modules
         class Probe:
@@ -553,7 +561,7 @@ SIGNAL_AT_THE_END = """
 """
 
 
-@pytest.mark.parametrize("where", ["final checkpoint", "workers", "writers", "exit", "teardown"])
+@pytest.mark.parametrize("where", ["last step", "final checkpoint", "workers", "writers", "exit", "teardown"])
 def test_one_sigint_after_the_final_checkpoint_ends_the_run_one_way(tmp_path, where):
     """A run that reached --total-steps stops nothing on one Ctrl-C, wherever it lands: exit code 0,
     one line on stderr saying so, no traceback, final.pt kept, no worker left. It used to exit 0
@@ -574,7 +582,7 @@ def test_one_sigint_after_the_final_checkpoint_ends_the_run_one_way(tmp_path, wh
         assert noted == ["train.py: SIGINT while exiting; nothing was stopped"], result.stderr
     for sign in ("Traceback", "Exception ignored", "KeyboardInterrupt", "stopped at once"):
         assert sign not in result.stdout + result.stderr, result.stderr[-3000:]
-    assert "finishing this step" not in result.stdout
+    assert ("finishing this step" in result.stdout) == (where == "last step")  # said as the signal landed
     assert checkpoint.load(tmp_path / "run" / "checkpoints" / "final.pt")["train_state"]["step"] == 200
     # the env workers are forks of the script: none lives on
     left = [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path / "script.py") in (p.info["cmdline"] or [])]

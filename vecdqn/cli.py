@@ -438,11 +438,11 @@ def main(argv: list[str] | None = None) -> int:
     where none answers (one line on stderr, nothing started); 130/143 stopped by SIGINT/SIGTERM
     after a checkpoint; 1 a worker or actor failure, a non-finite loss or a checkpoint that could
     not be written (one line on stderr naming what failed and the last checkpoint; the traceback
-    in the run folder's ``error.log``). A first SIGINT/SIGTERM once the run has reached
-    ``--total-steps`` (while its final checkpoints are written, its workers and writers close or
-    this reports) stops nothing: the run ends as done, exit code 0, and one line on stderr,
-    ``train.py: SIGINT while exiting; nothing was stopped``, says so
-    (`vecdqn.signals.exit_process` covers the process's exit after that).
+    in the run folder's ``error.log``). A first SIGINT/SIGTERM during the step that reaches
+    ``--total-steps`` or after it (final checkpoints, closing workers and writers, this report)
+    stops nothing: the run ends as done, exit code 0, and one line on stderr, ``train.py: SIGINT
+    while exiting; nothing was stopped``, says so (`vecdqn.signals.exit_process` covers the
+    process's exit after that).
     """
     from vecdqn import checkpoint
     from vecdqn.preflight import ConfigError

@@ -148,8 +148,9 @@ class TrainingCore(CollectorPort):
             100 games), ``sps`` (agent steps per second of this process), ``learning_sps`` (the same,
             counted from the first update on), ``checkpoint``, ``latest``.
 
-        A first SIGINT/SIGTERM once ``total_steps`` is reached (while the final checkpoints are
-        written) stops nothing: it is left in ``stop.signum`` for the caller to report.
+        A first SIGINT/SIGTERM during the vector step that reaches ``total_steps``, or after it
+        (while the final checkpoints are written), stops nothing: the run finishes, and the signal is
+        left in ``stop.signum`` for the caller to report.
 
         Raises:
             Interrupted: after SIGINT/SIGTERM, once the checkpoint is written.
@@ -192,7 +193,7 @@ class TrainingCore(CollectorPort):
             s.next_eval += c.eval_every
             self.learner.sync()
             evaluate_and_log(self.learner.network, c, s.step, self.device, self.logger)
-        if self.stop.signum is not None:
+        if self.stop.signum is not None and s.step < c.total_steps:  # at the end: the run finishes (final.pt)
             raise Interrupted(self.stop.signum, self.save_checkpoint("latest.pt", collector))
         if s.next_checkpoint <= s.step < c.total_steps:
             s.next_checkpoint += c.checkpoint_every
