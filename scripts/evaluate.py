@@ -80,7 +80,7 @@ from vecdqn.cli import (  # noqa: E402
 )
 from vecdqn.curves import EVAL_TAG, Scalars, best_point, checkpoint_evals, last_point, read_run  # noqa: E402
 from vecdqn.envs import env_family  # noqa: E402
-from vecdqn.evaluation import EvalResult, evaluate, periodic_eval_seed  # noqa: E402
+from vecdqn.evaluation import PROTOCOL_TAGS, EvalResult, evaluate, periodic_eval_seed  # noqa: E402
 from vecdqn.metrics import EvalLog, EvaluationRunning  # noqa: E402
 from vecdqn.scores import HUMAN_RANDOM_SCORES  # noqa: E402
 from vecdqn.staging import select_device  # noqa: E402
@@ -471,7 +471,7 @@ def _evaluate_one(args: argparse.Namespace, step: int, path: Path, device: torch
     seed = periodic_eval_seed(policy.config.seed, step) if args.seed is None else args.seed
     result = _play(policy, args, seed, device, bar)
     s = result.stats
-    log.add(step, result.scalars, wall_time=policy.saved_at)
+    log.add(step, result.scalars | result.protocol, wall_time=policy.saved_at)
     saved = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(policy.saved_at))
     hns = f"{result.hns:.3f}" if result.hns is not None else "n/a"
     with tqdm.external_write_mode():  # the bar steps aside for the row
@@ -489,15 +489,26 @@ def best_and_last(run_dir: str | Path, keep: bool = False) -> str:
         CheckpointError: ``keep`` and the best checkpoint's file is gone, or the copy failed.
     """
     evals = read_run(run_dir).evals  # on the run's clock
-    checked = np.isin(evals.steps, [e.step for e in checkpoint_evals(Path(run_dir)).get(EVAL_TAG, [])])
+    logged = checkpoint_evals(Path(run_dir))
+    checked = np.isin(evals.steps, [e.step for e in logged.get(EVAL_TAG, [])])
     evals = Scalars(evals.steps[checked], evals.minutes[checked], evals.values[checked])  # not the run's own
     best, last = best_point(evals), last_point(evals)
     if best is None or last is None:
         return "no evaluation of a kept checkpoint recorded"
+    protocols = {}  # settings -> the steps evaluated with them (evaluations before they were logged: none)
+    for step in evals.steps:
+        settings = tuple((tag, e.value) for tag in PROTOCOL_TAGS for e in logged.get(tag, []) if e.step == step)
+        if settings:
+            protocols.setdefault(settings, []).append(int(step))
     share = f"{last.value / best.value:.1%} of the best" if best.value > 0 else f"best {best.value:g}"
     lines = [f"best: agent step {best.step:,} ({best.minutes:.1f} min of training), mean {best.value:.2f} "
              f"(of {len(evals.steps)} evaluated checkpoint{'s' * (len(evals.steps) != 1)})",
              f"last: agent step {last.step:,} ({last.minutes:.1f} min of training), mean {last.value:.2f} ({share})"]
+    if len(protocols) > 1:  # name the settings that differ
+        differ = [tag for tag in PROTOCOL_TAGS if len({dict(settings).get(tag) for settings in protocols}) > 1]
+        kinds = "; ".join(f"{len(steps)} with " + ", ".join(f"{tag.split('/')[1]} {dict(settings).get(tag, 0):g}"
+                                                            for tag in differ) for settings, steps in protocols.items())
+        lines.append(f"note: best and last compare evaluations played with different settings ({kinds})")
     if keep:
         source = keep_best(run_dir, best.step)
         lines.append(f"kept: {Path(run_dir) / BEST} (a copy of checkpoints/{source.name})")

@@ -24,7 +24,7 @@ from torch.utils.tensorboard import SummaryWriter
 from vecdqn import checkpoint, metrics
 from vecdqn.checkpoint import load_policy
 from vecdqn.config import Config
-from vecdqn.curves import CHECKPOINT_EVALS, event_files, read_run
+from vecdqn.curves import CHECKPOINT_EVALS, checkpoint_evals, event_files, read_run
 from vecdqn.evaluation import evaluate, periodic_eval_seed
 from vecdqn.model import QNetwork
 from vecdqn.presets import PRESETS
@@ -449,6 +449,22 @@ def test_keep_best_copies_the_best_evaluated_checkpoint_and_names_the_last(evalu
     best_step = max(merged, key=lambda step: (merged[step], -step))
     assert again.split("\n\n")[1].startswith(f"best: agent step {best_step:,} (")
     assert load_policy(best).step == best_step
+
+
+def test_best_and_last_say_when_the_evaluations_they_compare_were_played_differently(evaluated_catch_run, tmp_path,
+                                                                                   capsys):
+    run_dir = _copy(evaluated_catch_run[0], tmp_path)
+    assert _script().main([str(run_dir), "--every-checkpoint", "--episodes", "4"]) == 0
+    assert "note:" not in capsys.readouterr().out
+    logged = checkpoint_evals(run_dir)
+    assert [e.value for e in logged["protocol/episodes"]] == [4.0, 4.0, 4.0]
+    assert [e.step for e in logged["protocol/epsilon"]] == [200, 400, 600]
+    assert _script().main([str(run_dir), "--every-checkpoint", "--episodes", "2", "--steps", "400:400"]) == 0
+    out = capsys.readouterr().out
+    assert "note: best and last compare evaluations played with different settings (2 with episodes 4; 1 with " \
+           "episodes 2)" in out, out
+    assert _script().main([str(run_dir), "--every-checkpoint", "--episodes", "4", "--steps", "400:400"]) == 0
+    assert "note:" not in capsys.readouterr().out  # the same settings again throughout
 
 
 def test_without_keep_best_no_copy_is_written_and_the_option_needs_every_checkpoint(evaluated_catch_run, tmp_path,

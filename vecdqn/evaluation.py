@@ -59,6 +59,7 @@ from vecdqn.video import BestEpisodeRecorder, video_for_tensorboard
 
 __all__ = [
     "EVAL_SEED_OFFSET",
+    "PROTOCOL_TAGS",
     "EvalResult",
     "evaluate",
     "evaluate_and_log",
@@ -68,6 +69,9 @@ __all__ = [
 
 # Keeps the evaluation's seeds away from the training envs' (seed + agent step).
 EVAL_SEED_OFFSET = 1_000_003
+# `EvalResult.protocol`'s tags: games, epsilon, no-op starts, frame cap, FIRE after a lost life
+PROTOCOL_TAGS = ("protocol/episodes", "protocol/epsilon", "protocol/noop_max", "protocol/max_episode_frames",
+                 "protocol/fire_on_life_loss")
 
 
 def periodic_eval_seed(run_seed: int, step: int) -> int:
@@ -149,6 +153,15 @@ class EvalResult:
         if self.hns is not None:
             values["eval/hns"] = self.hns
         return values
+
+    @property
+    def protocol(self) -> dict[str, float]:
+        """How the games were played, as the scalars ``scripts/evaluate.py --every-checkpoint``
+        logs beside the scores (``protocol/episodes``, ``protocol/epsilon``, ``protocol/noop_max``,
+        ``protocol/max_episode_frames``, ``protocol/fire_on_life_loss`` 0 or 1), so that
+        evaluations of one run made with other settings can be told apart."""
+        values = (self.returns.size, self.epsilon, self.noop_max, self.max_episode_frames, self.fire_on_life_loss)
+        return {tag: float(value) for tag, value in zip(PROTOCOL_TAGS, values, strict=True)}
 
     def to_dict(self) -> dict[str, Any]:
         """Everything but the frames, as JSON-ready values (None where there is no reference)."""
