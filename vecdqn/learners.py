@@ -390,11 +390,11 @@ register(LearnerSpec(
     unused=_unused_by_rainbow,
     presets={
         # The learning test's Catch run: the catch preset (DQN's) with Rainbow's parts; its support
-        # covers Catch's returns of -1 and +1; one learner thread (seed 1 plays greedily at 1.00
+        # covers Catch's returns of -1 and +1; catch's one learner thread (seed 1 plays greedily at 1.00
         # from 8,000 agent steps on, 6,000 with --no-noisy: docs/rainbow.md).
         "catch-rainbow": ("the catch preset's DQN values with Rainbow's parts: 51 atoms on [-2, 2], noisy layers, one "
                           "learner thread",
-                          "catch", dict(atoms=51, v_min=-2.0, v_max=2.0, torch_threads=1)),
+                          "catch", dict(atoms=51, v_min=-2.0, v_max=2.0)),
         # Pong on 2 CPU cores in the pong preset's shape (4 envs, one batch-32 update per agent step,
         # a 50,000 replay, 3-step targets, gamma 0.98, target sync every 1,000, learning from 10,000),
         # with Rainbow's learning rate and Adam epsilon (Table 1) and its noisy-net exploration.

@@ -79,6 +79,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         epsilon_decay_steps=10_000,
         per_beta_steps=20_000,
         hidden_size=128,
+        # One learner thread: a second gains Catch's small network nothing, and two threads slow
+        # down many times over beside another busy process (docs/presets.md has both figures).
+        torch_threads=1,
         log_every=1_000,
         checkpoint_every=0,
         eval_every=0,
