@@ -79,8 +79,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         epsilon_decay_steps=10_000,
         per_beta_steps=20_000,
         hidden_size=128,
-        # One learner thread: a second gains Catch's small network nothing, and two threads slow
-        # down many times over beside another busy process (docs/presets.md has both figures).
+        # One learner thread: two make the run 8% faster alone but ~9x slower beside one busy
+        # core (they wait for each other at every operation; docs/presets.md has the figures).
         torch_threads=1,
         log_every=1_000,
         checkpoint_every=0,
