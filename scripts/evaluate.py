@@ -495,19 +495,20 @@ def best_and_last(run_dir: str | Path, keep: bool = False) -> str:
     best, last = best_point(evals), last_point(evals)
     if best is None or last is None:
         return "no evaluation of a kept checkpoint recorded"
-    protocols = {}  # settings -> the steps evaluated with them (evaluations before they were logged: none)
+    by_step = {tag: {e.step: e.value for e in logged.get(tag, [])} for tag in PROTOCOL_TAGS}
+    protocols = {}  # settings -> how many checkpoints were evaluated with them (none logged before protocol/*)
     for step in evals.steps:
-        settings = tuple((tag, e.value) for tag in PROTOCOL_TAGS for e in logged.get(tag, []) if e.step == step)
-        if settings:
-            protocols.setdefault(settings, []).append(int(step))
+        settings = tuple(by_step[tag].get(int(step)) for tag in PROTOCOL_TAGS)
+        if any(value is not None for value in settings):
+            protocols[settings] = protocols.get(settings, 0) + 1
     share = f"{last.value / best.value:.1%} of the best" if best.value > 0 else f"best {best.value:g}"
     lines = [f"best: agent step {best.step:,} ({best.minutes:.1f} min of training), mean {best.value:.2f} "
              f"(of {len(evals.steps)} evaluated checkpoint{'s' * (len(evals.steps) != 1)})",
              f"last: agent step {last.step:,} ({last.minutes:.1f} min of training), mean {last.value:.2f} ({share})"]
     if len(protocols) > 1:  # name the settings that differ
-        differ = [tag for tag in PROTOCOL_TAGS if len({dict(settings).get(tag) for settings in protocols}) > 1]
-        kinds = "; ".join(f"{len(steps)} with " + ", ".join(f"{tag.split('/')[1]} {dict(settings).get(tag, 0):g}"
-                                                            for tag in differ) for settings, steps in protocols.items())
+        differ = [i for i in range(len(PROTOCOL_TAGS)) if len({settings[i] for settings in protocols}) > 1]
+        kinds = "; ".join(f"{count} with " + ", ".join(f"{PROTOCOL_TAGS[i].split('/')[1]} {settings[i] or 0:g}"
+                                                       for i in differ) for settings, count in protocols.items())
         lines.append(f"note: best and last compare evaluations played with different settings ({kinds})")
     if keep:
         source = keep_best(run_dir, best.step)
