@@ -48,7 +48,7 @@ class Published(NamedTuple):
 # rerun that changes a table changes it here. A preset missing here has no measured result yet
 # (the defaults, labml).
 PUBLISHED: dict[str, Published] = {
-    "catch": Published(20_000, "a training mean of 0.94 (seed 1)", "docs/results.md#catch", "48e5502"),
+    "catch": Published(9_969, "a training mean of 0.9 (seed 1)", "docs/results.md#catch", "c40b271"),
     # The current code's seed 1 reached a best of +14.4 in 420,308 agent steps (docs/results.md#pong).
     "pong": Published(325_000, "+20.6 greedy (seed 1)", "docs/results.md#pong", "4408064"),
     "catch-pqn": Published(12_000, "1.00 greedy (seeds 1 and 2)", "docs/results.md#catch-1", "c08203c"),
