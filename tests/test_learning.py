@@ -58,8 +58,9 @@ def test_catch_preset_learns(tmp_path):
     assert ok, (mean_return, start_q)
 
 
-@pytest.fixture(params=["flipped_target_sign",
-                        # the second fault is slow-marked: together they would take CI past its time
+# The fault-injection runs (here and for PQN and Rainbow below) are slow-marked: each repeats a
+# learning test's whole run, and together they would take CI near its 10 minutes.
+@pytest.fixture(params=[pytest.param("flipped_target_sign", marks=pytest.mark.slow),
                         pytest.param("ignored_termination", marks=pytest.mark.slow)])
 def broken_learner(request, monkeypatch):
     """Inject a fault into the TD target that the learning test must catch."""
@@ -123,6 +124,7 @@ def test_catch_pqn_preset_learns(tmp_path):
     assert ok, (mean_return, start_q)
 
 
+@pytest.mark.slow
 def test_pqn_with_a_flipped_return_sign_does_not_learn(tmp_path, monkeypatch):
     """The fault-injection teeth of the PQN test: λ-returns of the wrong sign must fail it."""
     import vecdqn.pqn.learner
@@ -155,6 +157,7 @@ def test_catch_rainbow_preset_learns(tmp_path):
     assert ok, (mean_return, start_q)
 
 
+@pytest.mark.slow
 def test_rainbow_with_a_mirrored_target_does_not_learn(tmp_path, monkeypatch):
     """The fault-injection teeth of the Rainbow test: the projected target of −(r + γ Z'), the
     next distribution mirrored on the symmetric support and the reward negated, must fail it."""
