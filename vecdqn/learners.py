@@ -391,7 +391,7 @@ register(LearnerSpec(
     presets={
         # The learning test's Catch run: the catch preset (DQN's) with Rainbow's parts; its support
         # covers Catch's returns of -1 and +1; catch's one learner thread (seed 1 plays greedily at 1.00
-        # from 8,000 agent steps on, 6,000 with --no-noisy: docs/rainbow.md).
+        # from 8,000 agent steps on, 6,000 with --no-noisy: tests/test_learning.py).
         "catch-rainbow": ("the catch preset's DQN values with Rainbow's parts: 51 atoms on [-2, 2], noisy layers, one "
                           "learner thread",
                           "catch", dict(atoms=51, v_min=-2.0, v_max=2.0)),

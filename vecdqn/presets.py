@@ -99,7 +99,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         screen_size=44,  # a quarter of 84x84's convolution work; the torso still covers every pixel
         hidden_size=256,
         # Half of Lapan's 100,000: the last 50,000 transitions (~9 minutes of the run) stay close to
-        # the fast-changing policy (the measured comparison is in docs/results.md).
+        # the fast-changing policy (the measured comparison is in docs/presets.md).
         buffer_size=50_000,
         learning_starts=10_000,
         train_frequency=1,
@@ -159,7 +159,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # gradient step per 4 agent steps, as the catch preset's DQN); gamma 0.9 for 9-step games.
     # The learning rate falls linearly from 1e-3 to 1e-5 over the run (as CleanRL's PQN anneals
     # it): held at 1e-3, seed 1 with two torch threads learned by 8,000 agent steps and then fell
-    # to a greedy -0.24 at 12,000 (docs/presets.md).
+    # to a greedy -0.24 at 12,000 (measured before commit c9f40b7, which cut it from docs/presets.md
+    # for want of the commit it was measured at).
     "catch-pqn": dict(
         env_id="vecdqn/Catch-v0",
         algo="pqn",

@@ -301,10 +301,12 @@ def default_torch_threads(num_envs: int, cpu_count: int | None = None, device_ty
     workers leave free (at least one, at most four: it only feeds the GPU).
 
     Why: on the CPU the learner is the bottleneck by far (an update costs several times the
-    workers' CPU for one vector step, and `Trainer` overlaps the two), so it gets every core.
-    A learner thread only loses badly to workers that are busy all the time (an env-bound
-    run), which is the GPU case: there the workers get the cores. docs/performance.md's
-    section has the measured figures.
+    workers' CPU for one vector step, and `Trainer` overlaps the two), so it gets every core
+    where the machine is otherwise idle; on a busy machine threads that wait for each other
+    stall (Catch on 2 cores beside one busy core: 39 agent steps/s on two threads, 368 on one;
+    docs/presets.md, ``catch``), which is why the presets for small machines set one. On a GPU
+    the workers are expected to be busy all the time (an env-bound run), so they get the cores
+    (an expectation: not measured on a GPU).
     """
     cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
     if device_type == "cpu":
