@@ -111,6 +111,8 @@ def test_table_and_json(tmp_path):
     (["--learner", "--device", "gpu"], "--device 'gpu' is not one of auto, cpu, cuda"),
     (["--learner", "--loop-capacity", "0"], "--loop-capacity 0 must be >= 1"),
     (["--learner", "--torch-threads", "-1"], "--torch-threads -1 must be >= 0"),
+    (["--update", "--update-threads", "1", "0"], "--update-threads 1 0: each must be >= 1"),
+    (["--update", "--update-threads", "5000"], "--update-threads 5000: each must be <= 1024"),
     (["--soak", "--soak-every", "0"], "--soak-every 0 must be >= 1"),
     (["--train", "--train-steps", "0"], "--train-steps 0 must be >= 1"),
     (["--train", "--train-learning-starts", "-1"], "--train-learning-starts -1 must be >= 0"),
