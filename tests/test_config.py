@@ -66,6 +66,9 @@ def test_preset_sets_defaults_but_explicit_options_win():
         (["--gamma", "1.5"], "--gamma 1.5 must be in [0, 1]"),
         (["--preset", "nope"], "--preset 'nope' is unknown"),
         (["--seed", "-1"], "--seed -1 must be in [0, 2**32)"),
+        # no-op starts beyond the frame cap once hung a run before its first line
+        (["--noop-max", "100000000"], "--noop-max 100000000 is invalid; use at most 107,999 no-op frames"),
+        (["--noop-max", "2000", "--max-episode-frames", "1000"], "--noop-max 2000 is invalid; use at most 999"),
         (["--n-step", "100000"], "--n-step 100000 is too long"),
         (["--buffer-size", "64", "--batch-size", "8", "--learning-starts", "8", "--n-step", "3"],
          "leaves 8 slots per env"),  # 8 envs: each ring must hold 2 stacks and an n-step window

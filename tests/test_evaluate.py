@@ -220,6 +220,7 @@ def test_a_config_that_does_not_fit_its_network_exits_2_before_play(tmp_path, ca
         (["--epsilon", "1.5"], "--epsilon"),
         (["--max-episode-frames", "0"], "--max-episode-frames"),
         (["--noop-max", "-1"], "--noop-max"),
+        (["--noop-max", "100000000"], "use at most 107,999 no-op frames"),
         (["--video", "best.avi"], ".mp4"),
         (["--episodes", "many"], "--episodes"),
         (["--json", "."], "is a folder"),  # refused before any game is played
