@@ -83,14 +83,14 @@ from vecdqn.envs import env_family  # noqa: E402
 from vecdqn.evaluation import PROTOCOL_TAGS, EvalResult, evaluate, periodic_eval_seed  # noqa: E402
 from vecdqn.metrics import EvalLog, EvaluationRunning  # noqa: E402
 from vecdqn.scores import HUMAN_RANDOM_SCORES  # noqa: E402
-from vecdqn.staging import select_device  # noqa: E402
+from vecdqn.staging import MAX_TORCH_THREADS, select_device  # noqa: E402
 
 PROG = "evaluate.py"
 # The flags of protocol parts only the ALE's games have (no-op starts, FIRE after a lost life).
 ALE_ONLY_FLAGS = ("--noop-max", "--fire-on-life-loss", "--no-fire-on-life-loss")
 # Torch threads for --torch-threads 0: the one thread the trainer's Ape-X actors act on
 # (vecdqn.distributed.actor), and the most that --torch-threads takes.
-ACTING_THREADS, MAX_TORCH_THREADS = 1, 1024
+ACTING_THREADS = 1
 
 
 class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):

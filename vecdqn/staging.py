@@ -20,10 +20,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-__all__ = ["AMP_DTYPES", "AMP_NAMES", "BF16_CPU_FLAGS", "DEVICE_NAMES", "FIELD_DTYPES", "DeviceBatch", "PendingUpdate",
-           "ScheduledLearningRate", "adam", "amp_dtype", "announce_amp", "check_amp", "cpu_flags",
-           "default_torch_threads", "gradient_step", "native_bf16_flag", "on_device", "pinned", "resolve_amp",
-           "select_device", "stage", "to_device"]
+__all__ = ["AMP_DTYPES", "AMP_NAMES", "BF16_CPU_FLAGS", "DEVICE_NAMES", "FIELD_DTYPES", "MAX_TORCH_THREADS",
+           "DeviceBatch", "PendingUpdate", "ScheduledLearningRate", "adam", "amp_dtype", "announce_amp", "check_amp",
+           "cpu_flags", "default_torch_threads", "gradient_step", "native_bf16_flag", "on_device", "pinned",
+           "resolve_amp", "select_device", "stage", "to_device"]
 
 # The --amp modes and the autocast dtype each one means (None: full fp32)
 AMP_DTYPES: dict[str, torch.dtype | None] = {"off": None, "bf16": torch.bfloat16}
@@ -292,6 +292,11 @@ def announce_amp(device: torch.device, amp: str, say: Callable[[str], None] = pr
     line = f"--amp {amp}: {'bf16 autocast, fp32 weights and loss' if mode == 'bf16' else 'fp32'}"
     say(f"{line}; {_auto_amp(device)[1]}" if amp == "auto" else line)
     return mode
+
+
+# The most torch intra-op threads any option may ask for (--torch-threads, evaluate.py's, the
+# benchmarks'): far above any machine's cores, far below what the OS refuses to start.
+MAX_TORCH_THREADS = 1024
 
 
 def default_torch_threads(num_envs: int, cpu_count: int | None = None, device_type: str = "cpu") -> int:

@@ -22,7 +22,7 @@ from vecdqn.benchmarks.harness import Row, check_counts, interleaved
 from vecdqn.benchmarks.learner import random_batch
 from vecdqn.cli import duration, whole_number
 
-__all__ = ["MAX_THREADS", "QUICK", "add_arguments", "check_arguments", "run", "update_timer"]
+__all__ = ["QUICK", "add_arguments", "check_arguments", "run", "update_timer"]
 
 # --quick: one short timing per variant (the numbers mean little)
 QUICK = {"update_seconds": 0.1, "update_threads": [1], "update_amp": ["off"], "update_compile": ["off"],
@@ -55,16 +55,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="seconds each variant is timed for in each round (default 3)")
 
 
-# The most torch intra-op threads a variant may ask for (as train.py's --torch-threads).
-MAX_THREADS = 1024
-
-
 def check_arguments(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` (one line, naming the flag) for a thread count below 1 or above
-    `MAX_THREADS`, before any variant is built."""
+    `vecdqn.staging.MAX_TORCH_THREADS`, before any variant is built."""
     check_counts(args, "update_threads")
-    if max(args.update_threads) > MAX_THREADS:
-        raise ValueError(f"--update-threads {' '.join(map(str, args.update_threads))}: each must be <= {MAX_THREADS}")
+    from vecdqn.staging import MAX_TORCH_THREADS
+
+    if max(args.update_threads) > MAX_TORCH_THREADS:
+        raise ValueError(f"--update-threads {' '.join(map(str, args.update_threads))}: each must be <= "
+                         f"{MAX_TORCH_THREADS}")
 
 
 def update_timer(n_actions: int, screen_size: int, hidden_size: int, batch: int, threads: int, amp: str,

@@ -5,8 +5,9 @@ The math lives in pure functions (`double_dqn_target`, `td_loss`) testable with
 hand-computed numbers; `DQNAgent` owns the networks, the optimizer and the device.
 
 On a GPU a batch-32 update is dozens of small kernels, so its cost is expected to be their
-launches, not their arithmetic (not measured: no GPU has run this code here). Three options make them fewer and fatter: one forward pass of the online network
-over ``obs`` and ``next_obs`` together (``fuse_forward``, on by default on CUDA); the loss's
+launches, not their arithmetic (not measured: no GPU has run this code here). Three options
+make them fewer and fatter: one forward pass of the online network over ``obs`` and ``next_obs``
+together (``fuse_forward``, on by default on CUDA); the loss's
 forward and backward as CUDA graphs (``compile`` on CUDA: ``torch.compile(mode="reduce-overhead")``
 over static input buffers; fused Adam is one kernel already); bf16 autocast (``amp="bf16"``:
 fp32 master weights, fp32 targets and loss).
