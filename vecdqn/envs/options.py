@@ -35,7 +35,7 @@ class EnvOptions:
     all of them for ALE games, only ``screen_size`` and ``frame_stack`` for other envs.
     """
 
-    noop_max: int = _f(30, "at most this many no-op frames at the start of each game (0: none)")
+    noop_max: int = _f(30, "at most this many no-op frames at the start of each game (0: none; below the frame cap)")
     frame_skip: int = _f(4, "emulator frames per agent step (action repeat; max over the last two)")
     frame_stack: int = _f(4, "frames stacked into one observation")
     screen_size: int = _f(84, "observation height and width in pixels (at most 1024)")
