@@ -87,3 +87,22 @@ def test_a_checkpoint_with_a_flipped_bit_is_refused(tmp_path):
     assert torch.load(path, weights_only=True)["weights"].abs().max() > 0  # torch itself takes it
     with pytest.raises(CheckpointError, match=r"is damaged: its record archive/data/0 fails its CRC-32 check"):
         checkpoint.load(path)
+
+
+@pytest.mark.parametrize(("name", "who"), [("vecdqn-checkpoint-999", "a newer vecdqn"),
+                                           ("vecdqn-checkpoint-1", "an older vecdqn"),
+                                           ("something-else", "no vecdqn version")])
+def test_a_checkpoint_of_another_format_is_named_for_what_it_is(tmp_path, save_fresh_checkpoint, name, who):
+    """A format-999 checkpoint was refused by --resume as "written by an older vecdqn" and played by
+    evaluate.py without a word; evaluate.py still plays an older one's policy where it loads."""
+    path = save_fresh_checkpoint(tmp_path / "checkpoints" / "latest.pt", "BreakoutNoFrameskip-v4", 4)
+    state = torch.load(path, weights_only=False)
+    checkpoint.save_atomic({**state, "format": name}, path)
+    with pytest.raises(CheckpointError, match=rf"^checkpoint {path} has format '{name}', written by {who}; this "
+                                              rf"version reads '{checkpoint.CHECKPOINT_FORMAT}': start a new run"):
+        checkpoint.load_training(path)
+    if who == "an older vecdqn":
+        assert load_policy(path).step == 1234
+    else:
+        with pytest.raises(CheckpointError, match=rf"by {who}; .*: evaluate it with the version that wrote it$"):
+            load_policy(path)

@@ -68,7 +68,12 @@ def test_preset_sets_defaults_but_explicit_options_win():
         (["--seed", "-1"], "--seed -1 must be in [0, 2**32)"),
         # no-op starts beyond the frame cap once hung a run before its first line
         (["--noop-max", "100000000"], "--noop-max 100000000 is invalid; use at most 107,999 no-op frames"),
-        (["--noop-max", "2000", "--max-episode-frames", "1000"], "--noop-max 2000 is invalid; use at most 999"),
+        (["--noop-max", "2000", "--max-episode-frames", "1000"], "--noop-max 2000 is invalid; use at most 999 no-op "
+                                                                 "frames (fewer than the game's frame cap, "
+                                                                 "--max-episode-frames 1000; DQN uses 30)"),
+        # the command line has no None: the advice offered one
+        (["--max-episode-frames", "0"], "--max-episode-frames 0 is invalid; use a positive number of frames (108_000 "
+                                        "= 30 minutes)\n"),
         (["--n-step", "100000"], "--n-step 100000 is too long"),
         (["--buffer-size", "64", "--batch-size", "8", "--learning-starts", "8", "--n-step", "3"],
          "leaves 8 slots per env"),  # 8 envs: each ring must hold 2 stacks and an n-step window
@@ -227,6 +232,13 @@ def test_piecewise_linear():
     (["--eval-every", "0", "--eval-episodes", "3"], "--eval-episodes would have no effect: --eval-every 0 turns"),
     (["--wandb-project", "mine"], "--wandb-project would have no effect: they name the Weights & Biases run of "
                                   "--track, which is off"),
+    (["--no-per", "--per-alpha", "0.7"], "--per-alpha would have no effect: --no-per samples the replay uniformly"),
+    (["--algo", "rainbow", "--no-per", "--per-beta-start", "0.2", "--per-eps", "1e-5"],
+     "--per-beta-start, --per-eps would have no effect: --no-per samples the replay uniformly"),
+    (["--checkpoint-every", "0", "--keep-checkpoints"],
+     "--keep-checkpoints would have no effect: --checkpoint-every 0 writes no periodic checkpoint to keep"),
+    (["--epsilon-decay-steps", "0", "--epsilon-start", "0.5"],
+     "--epsilon-start would have no effect: --epsilon-decay-steps 0 acts at --epsilon-end from agent step 0"),
 ])
 def test_options_the_run_would_not_read_are_refused_in_one_line(tmp_path, args, named, capsys):
     """An option whose setting the run's other options switch off (epsilon under noisy exploration,
@@ -241,6 +253,11 @@ def test_options_the_run_would_not_read_are_refused_in_one_line(tmp_path, args, 
     ["--algo", "rainbow", "--no-noisy", "--epsilon-end", "0.05"],
     ["--algo", "rainbow", "--atoms", "21", "--v-min", "-5", "--v-max", "5", "--noisy-sigma", "0.1"],
     ["--eval-every", "500", "--eval-episodes", "3"],
+    ["--per-alpha", "0.7", "--per-beta-start", "0.2"],
+    ["--algo", "rainbow", "--per-eps", "1e-5"],
+    ["--checkpoint-every", "100", "--keep-checkpoints"],
+    ["--epsilon-decay-steps", "0", "--epsilon-end", "0.2"],
+    ["--epsilon-decay-steps", "9", "--epsilon-start", "0.5"],
 ])
 def test_the_same_options_are_taken_where_the_run_reads_them(tmp_path, args):
     config, given = parse_config(["--env-id", "vecdqn/Catch-v0", "--log-dir", str(tmp_path), *args])

@@ -687,6 +687,30 @@ def test_resuming_from_a_checkpoint_the_run_has_gone_beyond_is_refused(tmp_path,
     assert cli.main(["--resume", str(copy / "checkpoints" / "step_000000200.pt"), "--total-steps", "600"]) == 0
 
 
+def test_a_checkpoint_outside_a_run_folder_is_refused_and_the_advice_resumes(tmp_path, capsys):
+    """--resume models/best.pt (a checkpoint copied out of its run) went on in models/'s parent:
+    config.json, event files and checkpoints/ written into a folder that held no run, and a second
+    loose file there overwrote the first one's latest.pt. Refused; the folder the message describes
+    resumes."""
+    import shutil
+
+    Trainer(catch_config(tmp_path, run_name="run", total_steps=200), progress=False, handle_signals=False).run()
+    loose = tmp_path / "demo" / "models" / "best.pt"
+    loose.parent.mkdir(parents=True)
+    shutil.copy(tmp_path / "run" / "checkpoints" / "final.pt", loose)
+    assert cli.main(["--resume", str(loose), "--total-steps", "400"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"train.py: error: --resume {loose} is not in a run folder's checkpoints/, and the run would go on "
+                   f"in {tmp_path / 'demo'}; to continue from it, give it a run folder of its own: mkdir -p "
+                   f"NEW/checkpoints && cp {loose} NEW/checkpoints/latest.pt, then --resume NEW\n")
+    assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == ["models"]
+    new = tmp_path / "new"
+    (new / "checkpoints").mkdir(parents=True)
+    shutil.copy(loose, new / "checkpoints" / "latest.pt")
+    assert cli.main(["--resume", str(new), "--total-steps", "400"]) == 0
+    assert checkpoint.load_training(new / "checkpoints" / "final.pt")["train_state"]["step"] == 400
+
+
 def test_an_empty_resume_is_refused_and_starts_nothing(tmp_path, monkeypatch, capsys):
     """``--resume ""`` used to start a new run of the defaults (Breakout, 10M agent steps) in ./runs."""
     monkeypatch.chdir(tmp_path)
@@ -751,6 +775,33 @@ def test_memory_is_checked_before_any_env_is_made(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"^the replay of --buffer-size 2000 needs 1\.\d GiB and --num-envs 2 about "
                                           r"0\.\d GiB for 2 env workers, but only 1\.0 GiB are free"):
         preflight.preflight(config)
+
+
+@pytest.mark.parametrize(("options", "advice"), [
+    # the games are what is too large: shrinking a 0.0 GiB replay or using 1 worker does not help
+    (dict(num_envs=4096, envs_per_worker=2048, buffer_size=2000), "play fewer games than --num-envs 4096$"),
+    # the replay is: fewer games do not help
+    (dict(screen_size=1000, buffer_size=2000), r"shrink the replay of --buffer-size 2000$"),
+    # each alone would fit, not both
+    (dict(screen_size=700, num_envs=32, envs_per_worker=16, buffer_size=1500),
+     r"shrink the replay of --buffer-size 1500 or play fewer games than --num-envs 32$"),
+    # one worker process of 64 games in place of 64 would
+    (dict(num_envs=64, envs_per_worker=1, buffer_size=1000), r"step more games per worker process"),
+])
+def test_the_memory_refusal_names_the_remedies_that_make_room(tmp_path, monkeypatch, options, advice):
+    """--num-envs 4096 was told to "shrink the replay ... or use fewer env workers": neither helped."""
+    monkeypatch.setattr(preflight, "available_memory_bytes", lambda: 2**30)
+    with pytest.raises(ConfigError, match=advice):
+        preflight.check_memory(catch_config(tmp_path, **options))
+
+
+def test_a_network_too_large_for_any_checkpoint_names_hidden_size(tmp_path, monkeypatch):
+    """--hidden-size 1000000000 was blamed on the disk: "free some space" (7.5 TiB of it)."""
+    monkeypatch.setattr(preflight.shutil, "disk_usage", lambda path: type("U", (), {"free": 70_000 * 2**20})())
+    with pytest.raises(ConfigError, match=r"^--hidden-size 1000000000 makes a checkpoint's networks and optimizer "
+                                          r"state about [\d,]+ MiB, .* 70,000 MiB free in --log-dir; use a smaller "
+                                          r"--hidden-size"):
+        preflight.check_disk(catch_config(tmp_path, hidden_size=10**9), n_actions=3)
 
 
 def test_an_observation_side_beyond_the_limit_is_refused_in_one_line(capsys):

@@ -225,10 +225,13 @@ def load_policy(path: str | os.PathLike[str], device: torch.device | str = "cpu"
         CheckpointError: missing, corrupt or foreign checkpoint, weights that do not fit the
             network the checkpoint describes, or a network for other observations than the
             saved config's envs make (``frame_stack``, ``screen_size``), which play would
-            otherwise meet as a shape error in the first forward pass.
+            otherwise meet as a shape error in the first forward pass; a checkpoint format newer
+            than `CHECKPOINT_FORMAT` (or of no vecdqn).
     """
     file = resolve_checkpoint(path)
     state = load(file, required=("config", "agent", "n_actions", "obs_shape"))
+    if "format" in state and _format_age(state["format"]) not in (-1, 0):  # an older one's policy may load
+        _refuse_format(file, state["format"], "evaluate it with the version that wrote it")
     try:
         config = Config.from_dict(state["config"])
         network = _network(state, config)
@@ -402,18 +405,33 @@ def save_training(path: str | os.PathLike[str], *, replay: Any = None, envs: dic
     return path
 
 
+def _format_age(name: Any) -> int | None:
+    """``-1``, ``0`` or ``1`` as a checkpoint's ``format`` is older than, equal to or newer than
+    `CHECKPOINT_FORMAT` (``"vecdqn-checkpoint-<N>"``); None for a name of no vecdqn format."""
+    prefix, _, number = str(name).rpartition("-")
+    ours = int(CHECKPOINT_FORMAT.rpartition("-")[2])
+    if prefix != CHECKPOINT_FORMAT.rpartition("-")[0] or not number.isdecimal() or not number.isascii():
+        return None
+    return (int(number) > ours) - (int(number) < ours)
+
+
+def _refuse_format(path: Any, name: Any, advice: str) -> None:
+    age = _format_age(name)
+    who = {-1: "an older vecdqn", 1: "a newer vecdqn", None: "no vecdqn version"}[age]
+    raise CheckpointError(f"checkpoint {path} has format {name!r}, written by {who}; this version reads "
+                          f"{CHECKPOINT_FORMAT!r}: {advice}")
+
+
 def load_training(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Load a training checkpoint written by `save_training` (see `load` for the errors).
 
     Raises:
-        CheckpointError: also for a checkpoint of an older format, which this version refuses.
+        CheckpointError: also for a checkpoint of another format than `CHECKPOINT_FORMAT` (older,
+            newer or of no vecdqn), which this version cannot continue.
     """
     state = load(path, required=("config", "format"))
-    if state["format"] != CHECKPOINT_FORMAT:
-        raise CheckpointError(
-            f"checkpoint {path} has format {state['format']!r}, written by an older vecdqn; this version reads "
-            f"{CHECKPOINT_FORMAT!r}: start a new run (or evaluate it with the version that wrote it)"
-        )
+    if _format_age(state["format"]) != 0:
+        _refuse_format(path, state["format"], "start a new run (or resume it with the version that wrote it)")
     for key in ("train_state", "agent", "rng"):
         if key not in state:
             raise CheckpointError(f"checkpoint {path} is not a training checkpoint (missing {key!r})")

@@ -103,7 +103,8 @@ def check_options_used(given: set[str], config: Config, *, resuming: bool = Fals
 
 def unused_options(config: Config) -> dict[str, str]:
     """``{field: why}`` of the options that ``config``'s run offers but would not read: the
-    periodic evaluation's with ``eval_every == 0``, W&B's without ``track``, and its learner's
+    periodic evaluation's with ``eval_every == 0``, W&B's without ``track``, ``keep_checkpoints``
+    without periodic checkpoints, ``epsilon_start`` without a decay, and its learner's
     (`vecdqn.learners.LearnerSpec.unused`)."""
     unused = dict(learner_spec(config.algo).unused(config))
     if config.eval_every == 0:
@@ -111,6 +112,10 @@ def unused_options(config: Config) -> dict[str, str]:
     if not config.track:
         unused |= dict.fromkeys(("wandb_project", "wandb_entity", "wandb_group"),
                                 "they name the Weights & Biases run of --track, which is off")
+    if config.checkpoint_every == 0 and config.keep_checkpoints:
+        unused["keep_checkpoints"] = "--checkpoint-every 0 writes no periodic checkpoint to keep"
+    if config.epsilon_decay_steps == 0 and not config.epsilon_schedule:
+        unused["epsilon_start"] = "--epsilon-decay-steps 0 acts at --epsilon-end from agent step 0"
     return unused
 
 
@@ -242,8 +247,8 @@ class Config:
     # --- exploration ------------------------------------------------------------------------
     epsilon_start: float = _f(1.0, "epsilon-greedy epsilon at step 0", "not_with_actors")
     epsilon_end: float = _f(0.01, "epsilon after the decay", "not_with_actors")
-    epsilon_decay_steps: int = _f(250_000, "agent steps, from step 0, over which epsilon decays linearly",
-                                  "not_with_actors")
+    epsilon_decay_steps: int = _f(250_000, "agent steps, from step 0, over which epsilon decays linearly (0: "
+                                           "--epsilon-end from step 0)", "not_with_actors")
     epsilon_schedule: str = _f("", "epsilon as 'step:value,...' pairs in agent steps, e.g. '0:1.0,800000:0.1,"
                                    "16000000:0.01': linear between them, constant after the last (replaces "
                                    "--epsilon-start/-end/-decay-steps)", "not_with_actors")
@@ -456,20 +461,14 @@ def _check_relations(c: Config) -> None:
     if c.seed + c.num_envs > 2**32:
         raise ValueError(f"--seed {c.seed} + --num-envs {c.num_envs} exceeds 2**32; use a smaller seed")
     if c.screen_size < MIN_SCREEN_SIZE:
-        raise ValueError(
-            f"--screen-size {c.screen_size} is too small for the Nature-DQN torso (8×8/4, 4×4/2, 3×3/1 "
-            f"convolutions); use at least {MIN_SCREEN_SIZE}"
-        )
+        raise ValueError(f"--screen-size {c.screen_size} is too small for the Nature-DQN torso (8×8/4, 4×4/2, 3×3/1 "
+                         f"convolutions); use at least {MIN_SCREEN_SIZE}")
     if c.run_name and len(c.run_name.encode()) > 255:
         raise ValueError(f"--run-name of {len(c.run_name.encode())} bytes is too long for a folder name; use at most "
                          "255 bytes")
-    if c.run_name and (
-        c.run_name in (".", "..") or "/" in c.run_name or "\\" in c.run_name
-    ):
-        raise ValueError(
-            f"--run-name {c.run_name!r} must be a plain folder name (no '/', not '.' or '..'); the run is "
-            f"written to --log-dir/<run-name>"
-        )
+    if c.run_name and (c.run_name in (".", "..") or "/" in c.run_name or "\\" in c.run_name):
+        raise ValueError(f"--run-name {c.run_name!r} must be a plain folder name (no '/', not '.' or '..'); the run "
+                         "is written to --log-dir/<run-name>")
     if c.init not in NETWORK_INITS:
         raise ValueError(f"--init {c.init!r} is not one of {', '.join(NETWORK_INITS)}")
     if c.preset:
@@ -486,8 +485,7 @@ def _check_actors(c: Config) -> None:
     if not 0.0 <= c.apex_epsilon <= 1.0:
         raise ValueError(f"--apex-epsilon {c.apex_epsilon} must be in [0, 1] (Horgan et al. 2018 use 0.4)")
     if not (c.apex_alpha >= 0 and math.isfinite(c.apex_alpha)):
-        raise ValueError(f"--apex-alpha {c.apex_alpha} must be a finite number >= 0 (Horgan et al. 2018 "
-                         "use 7)")
+        raise ValueError(f"--apex-alpha {c.apex_alpha} must be a finite number >= 0 (Horgan et al. 2018 use 7)")
     if c.actors and c.save_replay:
         raise ValueError("--save-replay is not supported with --actors: a resumed run's actors start fresh "
                          "games and the replay refills for --learning-starts agent steps; drop --save-replay")

@@ -312,9 +312,18 @@ def _check_rainbow(c: Any) -> None:
                          "the noisy layers' own initialisation); drop it")
 
 
+def _unused_by_replay(c: Any) -> dict[str, str]:
+    """The prioritized replay's options, which a replay learner's run with ``--no-per`` would not read."""
+    if c.per:
+        return {}
+    return dict.fromkeys(("per_alpha", "per_beta_start", "per_beta_end", "per_beta_steps", "per_beta_schedule",
+                          "per_eps"), "--no-per samples the replay uniformly, with no priorities or importance-"
+                                      "sampling weights")
+
+
 def _unused_by_rainbow(c: Any) -> dict[str, str]:
     """The options a Rainbow run with these parts switched off (or on) would not read."""
-    unused = {}
+    unused = _unused_by_replay(c)
     if c.noisy:
         why = "the noisy layers explore in place of epsilon-greedy (--noisy); add --no-noisy to act epsilon-greedily"
         unused.update(dict.fromkeys(("epsilon_start", "epsilon_end", "epsilon_decay_steps", "epsilon_schedule"), why))
@@ -355,7 +364,7 @@ register(LearnerSpec(
                        "adam_eps", "target_update_frequency", "double", "compile", "prefetch", "overlap_forward",
                        "replay_device", "save_replay", "actors"}),
     check=_check_dqn, learns_from=lambda c: c.learning_starts, keeps_replay=True, layer_norm=False,
-    storage=_dqn_storage,
+    storage=_dqn_storage, unused=_unused_by_replay,
     # online and target networks and Adam's two moments: four float32 copies of the parameters
     checkpoint_bytes=lambda c, parameters: 4 * 4 * parameters,
 ))

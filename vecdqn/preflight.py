@@ -248,22 +248,33 @@ def check_memory(config: Config) -> None:
     workers = count * WORKER_BYTES + (games - count) * GAME_BYTES + frames
     free = available_memory_bytes()
     if free is not None and need + workers > free:
+        # the remedies that alone make room (both where neither does)
+        fixes = [fix for other, fix in ((workers, f"shrink {what}"), (need, f"play fewer games than {said}"))
+                 if other < free]
+        if need + workers - (count - 1) * (WORKER_BYTES - GAME_BYTES) <= free:  # all games in one process
+            fixes.append("step more games per worker process (--envs-per-worker)")
         raise ConfigError(
             f"{what} needs {need / 2**30:.1f} GiB and {said} about {workers / 2**30:.1f} GiB for {count} env "
-            f"workers, but only {free / 2**30:.1f} GiB are free; shrink {what} or use fewer env workers"
+            f"workers, but only {free / 2**30:.1f} GiB are free; "
+            + (" or ".join(fixes) or f"shrink {what} and play fewer games than {said}")
         )
+
+
+def network_bytes(config: Config, n_actions: int) -> int:
+    """Bytes of the learner's state in a checkpoint (`vecdqn.learners.LearnerSpec.checkpoint_bytes`:
+    its networks and optimizer, PQN's rollout so far)."""
+    with torch.device("meta"):
+        net = learner_spec(config.algo).build_network(config, n_actions)
+    return learner_spec(config.algo).checkpoint_bytes(config, sum(p.numel() for p in net.parameters()))
 
 
 def checkpoint_bytes(config: Config, n_actions: int) -> int:
     """Bytes of one checkpoint file, estimated: the learner's state
     (`vecdqn.learners.LearnerSpec.checkpoint_bytes`: its networks and optimizer, PQN's rollout so
     far), plus each env's snapshot and observation (none with ``--actors``)."""
-    with torch.device("meta"):
-        net = learner_spec(config.algo).build_network(config, n_actions)
-    parameters = sum(p.numel() for p in net.parameters())
     per_env = 2 * config.frame_stack * config.screen_size**2 + SNAPSHOT_BYTES
     snapshotted = 0 if config.actors else config.num_envs  # the actors' games are not kept
-    return learner_spec(config.algo).checkpoint_bytes(config, parameters) + snapshotted * per_env + 2**20
+    return network_bytes(config, n_actions) + snapshotted * per_env + 2**20
 
 
 def check_disk(config: Config, n_actions: int) -> None:
@@ -274,6 +285,12 @@ def check_disk(config: Config, n_actions: int) -> None:
     free = shutil.disk_usage(folder).free
     if 2 * one > free:
         what = "a checkpoint and its replay (--save-replay)" if config.save_replay else "a checkpoint"
+        networks = network_bytes(config, n_actions)
+        if 2 * networks > free:  # the networks alone are too large: that, not the disk, is the mistake
+            raise ConfigError(f"--hidden-size {config.hidden_size} makes a checkpoint's networks and optimizer state "
+                              f"about {networks / 2**20:,.0f} MiB, and two checkpoints must fit in the "
+                              f"{free / 2**20:,.0f} MiB free in --log-dir; use a smaller --hidden-size (Mnih et al. "
+                              "2015 use 512)")
         raise ConfigError(
             f"--log-dir {config.log_dir} has {free / 2**20:.0f} MiB free, but {what} takes about {one / 2**20:.0f} "
             f"MiB and two must fit while one replaces the other; free some space, choose another --log-dir"

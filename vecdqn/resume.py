@@ -10,6 +10,7 @@ fresh transitions), and what the learner and the envs restore from.
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,9 +67,15 @@ def resume(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None
             `vecdqn.envs.check_family_options`), or one that cannot apply to it: ``--log-dir``/``--run-name`` (the
             run keeps its folder), an option fixed on resume (`options_with("fixed_on_resume")`)
             given another value, or a ``total_steps`` not beyond the checkpoint's step; a checkpoint
-            file older than the run's latest (resuming there would overwrite the later checkpoints).
+            file older than the run's latest (resuming there would overwrite the later checkpoints), or
+            one outside a run folder's ``checkpoints/`` (the run would go on in whatever folder holds it).
     """
     file = checkpoint.resolve_checkpoint(path)
+    if file.parent.name != "checkpoints":
+        raise ConfigError(f"--resume {file} is not in a run folder's checkpoints/, and the run would go on in "
+                          f"{file.parent.parent}; to continue from it, give it a run folder of its own: mkdir -p "
+                          f"NEW/checkpoints && cp {shlex.quote(str(file))} NEW/checkpoints/latest.pt, then "
+                          "--resume NEW")
     saved = checkpoint.load_training(file)
     run_dir = file.parent.parent
     _check_latest(file, int(saved["train_state"]["step"]))

@@ -81,13 +81,14 @@ class EnvOptions:
                              "for the env id's default")
         frames = self.max_episode_frames
         if frames is not None:
-            check_int(said("max_episode_frames", frames), frames, 1,
-                      "use a positive number of frames (108_000 = 30 minutes) or None for no cap")
+            check_int(said("max_episode_frames", frames), frames, 1, "use a positive number of frames (108_000 = "
+                      "30 minutes)" + ("" if name else " or None for no cap"))
         # No-op starts are frames of the game: at most the cap's, and 30 minutes' where there is none.
         noop_limit = (frames if frames is not None else 108_000) - 1
         if self.noop_max > noop_limit:
+            cap = f"the game's frame cap, {said('max_episode_frames', frames)}" if frames else "30 minutes of frames"
             raise ValueError(f"{said('noop_max', self.noop_max)} is invalid; use at most {noop_limit:,} no-op frames "
-                             "(fewer than the game's frame cap; DQN uses 30)")
+                             f"(fewer than {cap}; DQN uses 30)")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
