@@ -16,8 +16,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from vecdqn.benchmarks import QUICK, SECTIONS, Row, run_sections  # noqa: E402
-from vecdqn.cli import OneLineErrorParser, UsageError, check_output_path, exit_code, fail, whole_number  # noqa: E402
+from vecdqn.benchmarks import QUICK, SECTIONS, Row, option_sections, run_sections, sections_said  # noqa: E402
+from vecdqn.cli import (  # noqa: E402
+    OneLineErrorParser,
+    UsageError,
+    check_output_path,
+    exit_code,
+    explicit_options,
+    fail,
+    whole_number,
+)
 
 PROG = "benchmark.py"
 
@@ -52,6 +60,10 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     chosen = [name for name in SECTIONS if getattr(args, name)]
     if not chosen:
         parser.error("choose at least one section: " + ", ".join(f"--{name}" for name in SECTIONS))
+    try:
+        check_options_used(explicit_options(parser, sys.argv[1:] if argv is None else argv), chosen)
+    except ValueError as err:
+        parser.error(str(err))
     if args.repeats < 1:
         parser.error(f"--repeats {args.repeats} must be >= 1")
     if args.json is not None:  # before any section runs: a bad path used to fail after all of them
@@ -64,11 +76,30 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
         try:
             if check is not None:
                 check(args)
+        except ImportError as err:  # a missing extra (e.g. ray for --actors): what to install, no --help pointer
+            raise UsageError(str(err)) from None
         except ValueError as err:
             parser.error(str(err))
-    if args.update_batch_sizes and min(args.update_batch_sizes) < 1:
-        parser.error(f"--update-batch-sizes {' '.join(map(str, args.update_batch_sizes))}: each must be >= 1")
     return args, chosen
+
+
+def check_options_used(given: set[str], chosen: list[str]) -> None:
+    """Refuse an option given explicitly (``given``: argparse names) that none of the ``chosen``
+    sections reads (`vecdqn.benchmarks.option_sections`), rather than ignore it silently: e.g.
+    ``--update --preset catch`` (``--update`` reads ``--update-preset``).
+
+    Raises:
+        ValueError: one line naming the first such option, the chosen sections and those that read it.
+    """
+    owners = option_sections()
+    unused = [dest for dest in owners if dest in given and not set(owners[dest]) & set(chosen)]
+    if not unused:
+        return
+    dest, flag = unused[0], "--" + unused[0].replace("_", "-")
+    own = [f"; --{name} has its own --{name}-{flag[2:]}" for name in chosen if f"{name}_{dest}" in owners]
+    uses = "uses" if len(owners[dest]) == 1 else "use"
+    raise ValueError(f"{flag} does not apply to {sections_said(chosen)}; only {sections_said(owners[dest])} {uses} "
+                     f"it{''.join(own)}")
 
 
 def main(argv: list[str] | None = None) -> list[Row]:

@@ -4,14 +4,17 @@ section's ``--quick`` run (the numbers themselves are not checked)."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
+import re
 import signal
+import sys
 from pathlib import Path
 
 import pytest
 
-from vecdqn.benchmarks import QUICK, SECTIONS
+from vecdqn.benchmarks import QUICK, SECTIONS, option_sections
 from vecdqn.benchmarks.harness import COLUMNS, format_table, interleaved, time_block, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,14 +120,145 @@ def test_table_and_json(tmp_path):
     (["--train", "--train-steps", "0"], "--train-steps 0 must be >= 1"),
     (["--train", "--train-learning-starts", "-1"], "--train-learning-starts -1 must be >= 0"),
     (["--train", "--replay-device", "nope"], "--replay-device 'nope' is not one of auto, cpu, cuda"),
+    # overlap is never with compile: this pair left no variant and ended in a StopIteration traceback
+    (["--update", "--update-compile", "on", "--update-overlap", "on"],
+     "--update-compile on with --update-overlap on leaves no variant to time: overlap is never combined with "
+     "compile (the trainer refuses --overlap-forward with --compile); add off to one of them"),
+    # the soak run's sizes in benchmark.py's own options: these answered "train.py: error: --batch-size ..."
+    (["--soak", "--soak-buffer", "1"], "--soak-buffer 1 must be >= 36: the soak run's replay holds a batch of 32 "
+                                       "transitions and 9 slots for each of its 4 envs"),
+    (["--soak", "--soak-buffer", "0"], "--soak-buffer 0 must be >= 36"),
+    (["--soak", "--soak-steps", "500", "--soak-buffer", "100"],
+     "--soak-steps 500 must be >= 1000: the run learns from agent step 1000"),
+    # no sample was ever taken: the run ended in an IndexError after all its steps
+    (["--soak", "--soak-steps", "15000"], "--soak-steps 15000 must be >= 20000: the run learns from agent step 1000 "
+                                          "and samples from agent step 20000, twice --soak-buffer 10000"),
+    # an option of a section not chosen: these were ignored without a word
+    (["--update", "--preset", "catch"],
+     "--preset does not apply to --update; only --estimate uses it; --update has its own --update-preset"),
+    (["--update", "--env-nums", "8"], "--env-nums does not apply to --update; only --env uses it"),
+    (["--update", "--replay", "--num-envs", "3"],
+     "--num-envs does not apply to --replay and --update; only --learner and --train use it"),
+    (["--estimate", "--repeats", "3"], "--repeats does not apply to --estimate; only --env, --replay, --learner, "
+                                       "--train, --pqn, --actors and --update use it"),
+    (["--train", "--amp", "bf16"], "--amp does not apply to --train; only --learner uses it"),
+    (["--soak", "--quick", "--update-batch-sizes", "0"],
+     "--update-batch-sizes does not apply to --soak; only --update uses it"),
 ])
-def test_command_line_errors_are_one_line(capsys, argv, message):
+def test_command_line_errors_are_one_line(capsys, no_runs, argv, message):
     cli = load_cli()
     with pytest.raises(SystemExit) as exit_info:
         cli.main(argv)
-    err = capsys.readouterr().err
-    assert exit_info.value.code == 2
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2 and not no_runs and out == ""
     assert err.count("\n") == 1 and message in err and err.rstrip().endswith("(see benchmark.py --help)")
+
+
+@pytest.fixture
+def no_runs(monkeypatch) -> list[str]:
+    """Every section's ``run`` replaced by one that records its name (in the list returned): a
+    command line that must be refused then runs nothing, even where the check is missing."""
+    ran: list[str] = []
+    for name, module in SECTIONS.items():
+        monkeypatch.setattr(module, "run", lambda args, name=name: ran.append(name) or [])
+    return ran
+
+
+def test_actors_without_ray_is_one_line_before_anything_runs(monkeypatch, capsys, no_runs):
+    """Without the ray extra --actors printed a line, ran no rows and ended in a TypeError from the
+    table; it is now refused as train.py --actors is: what to install, exit code 2, nothing run."""
+    monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` does without the package
+    cli = load_cli()
+    for argv in (["--actors", "--quick"], ["--replay", "--actors", "--quick"]):  # nor a section before it
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main(argv)
+        out, err = capsys.readouterr()
+        assert exit_info.value.code == 2 and out == "" and not no_runs
+        assert err == ('benchmark.py: error: the ray package is not installed; --actors needs it: '
+                       'pip install -e ".[ray]"\n')
+
+
+def test_table_of_no_rows_is_its_header():
+    assert format_table([]).split() == COLUMNS
+
+
+SECONDS = sorted((dest, sections[0]) for dest, sections in option_sections().items() if dest.endswith("_seconds"))
+
+
+@pytest.mark.parametrize("dest, section", SECONDS)
+@pytest.mark.parametrize("value, message", [("0", "{flag} 0 must be > 0"),
+                                            ("-1", "argument {flag}: -1 seconds is below 0"),
+                                            ("inf", "argument {flag}: invalid float value: 'inf'"),
+                                            ("nan", "argument {flag}: invalid float value: 'nan'")])
+def test_every_duration_must_be_positive_and_finite(capsys, no_runs, dest, section, value, message):
+    """--update-seconds 0 used to be accepted (and time each variant for at least 3 updates) where
+    --learner-seconds 0 was refused: every ``--*-seconds`` now refuses 0, below 0, inf and nan alike."""
+    flag = "--" + dest.replace("_", "-")
+    with pytest.raises(SystemExit) as exit_info:
+        load_cli().main([f"--{section}", flag, value])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and not no_runs
+    assert err.count("\n") == 1 and err.startswith(f"benchmark.py: error: {message.format(flag=flag)}")
+
+
+def test_every_section_has_a_duration_option():
+    assert [dest for dest, _ in SECONDS] == ["estimate_seconds", "learner_seconds", "update_seconds"]
+
+
+def test_options_belong_to_the_sections_that_read_them():
+    """`option_sections` is the table the command line checks options against: every ``args.X`` a
+    section's module reads is an option of that section (or ``--quick`` or ``--json``, which apply
+    to all), so that no option a section uses is refused with it."""
+    owners = option_sections()
+    readers = {name: [name] for name in SECTIONS} | {"loop": ["learner"]}
+    for module, sections in readers.items():
+        source = (ROOT / "vecdqn" / "benchmarks" / f"{module}.py").read_text()
+        for dest in set(re.findall(r"\bargs\.(\w+)", source)) - {"quick", "json"}:
+            assert set(sections) <= set(owners[dest]), (module, dest)
+    # the options other sections read as well: train's devices and envs, estimate's game
+    cli = load_cli()
+    cli.check_options_used({"num_envs", "device", "torch_threads", "replay_device", "env_steps", "repeats"}, ["train"])
+    cli.check_options_used({"env_id", "estimate_seconds", "json", "quick"}, ["estimate"])
+    with pytest.raises(ValueError, match="--env-id does not apply to --learner; only --env and --estimate use it"):
+        cli.check_options_used({"env_id"}, ["learner"])
+
+
+def test_update_variants_never_combine_compile_with_overlap():
+    from vecdqn.benchmarks.update import variants
+
+    args = argparse.Namespace(update_threads=[1, 2], update_amp=["off"], update_compile=["off", "on"],
+                              update_overlap=["off", "on"])
+    assert variants(args, [32]) == [(32, 1, "off", False, False), (32, 1, "off", False, True),
+                                    (32, 1, "off", True, False), (32, 2, "off", False, False),
+                                    (32, 2, "off", False, True), (32, 2, "off", True, False)]
+    args.update_compile = args.update_overlap = ["on"]
+    assert variants(args, [32]) == []
+
+
+def test_the_least_soak_buffer_is_what_train_py_accepts():
+    """`soak.least_buffer` mirrors train.py's rule for --buffer-size: the soak run's config is
+    accepted at that capacity and refused one below it."""
+    from vecdqn.benchmarks.soak import LEARNING_STARTS, flags, least_buffer
+    from vecdqn.cli import UsageError, parse_config
+
+    least, _ = least_buffer()
+    parse_config(flags(LEARNING_STARTS, least, "runs"))
+    with pytest.raises((UsageError, ValueError), match="--buffer-size"):
+        parse_config(flags(LEARNING_STARTS, least - 1, "runs"))
+    load_cli().parse_args(["--soak", "--soak-buffer", str(least), "--soak-steps", str(LEARNING_STARTS)])
+
+
+def test_learner_seconds_given_with_quick_still_apply(monkeypatch, capsys):
+    """--quick timed each learner row for 0.1 s whatever --learner-seconds said; an explicit flag
+    wins over --quick, as for every other flag."""
+    from vecdqn.benchmarks import learner
+
+    seconds = []
+    monkeypatch.setattr(learner, "learner_updates_per_second", lambda *a, **kw: seconds.append(kw["seconds"]) or 1.0)
+    cli = load_cli()
+    cli.main(["--learner", "--quick", "--learner-seconds", "0.5", "--loop-batches"])
+    cli.main(["--learner", "--quick", "--loop-batches"])
+    assert seconds == [0.5, 0.1]
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -148,8 +282,6 @@ def test_quick_sizes_pass_their_sections_checks():
     update and print nan agent steps/s)."""
     args, chosen = load_cli().parse_args(["--quick", *(f"--{name}" for name in SECTIONS)])
     assert chosen == list(SECTIONS) and args.pqn_steps >= 2 * 32 * args.pqn_envs
-    # a section not chosen is not checked: its flags do nothing
-    assert load_cli().parse_args(["--replay", "--quick", "--env-nums", "0", "--pqn-envs", "0"])[1] == ["replay"]
 
 
 def test_quick_sets_small_defaults_that_explicit_flags_override():

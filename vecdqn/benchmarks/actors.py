@@ -5,7 +5,8 @@ Each impl is a real training run of ``--actors-steps`` agent steps after
 ``--actors-learning-starts``, timed from its first update (``learning_sps`` of the summary);
 updates/s is the measured update count over the same time. One local Ray instance serves every
 distributed run (its ~10 s start is not timed; each run's actors start within it). Needs the
-ray extra; without it the section prints one line and returns no rows.
+ray extra; without it `check_arguments` refuses the section (benchmark.py: one line, exit code 2,
+before any section runs).
 """
 
 from __future__ import annotations
@@ -54,7 +55,12 @@ def actor_counts(text: str) -> list[int]:
 
 
 def check_arguments(args: argparse.Namespace) -> None:
-    """Raise ``ValueError`` (one line) for ``--actors-counts`` that `actor_counts` refuses."""
+    """Raise ``ImportError`` (one line: what to install, `vecdqn.distributed.RAY_MISSING`) where
+    Ray is not installed, or ``ValueError`` (one line) for ``--actors-counts`` that `actor_counts`
+    refuses."""
+    from vecdqn.distributed import require_ray
+
+    require_ray()
     actor_counts(args.actors_counts)
 
 
@@ -91,14 +97,11 @@ def measure(args: argparse.Namespace, actors: int) -> tuple[float, float]:
 
 def run(args: argparse.Namespace) -> list[Row]:
     """The section's rows: one per actor count and the single-process trainer, each with its
-    agent steps/s (ratio to the trainer) and updates/s."""
-    try:
-        import ray
+    agent steps/s (ratio to the trainer) and updates/s. Needs Ray (`check_arguments`)."""
+    import ray
 
-        from vecdqn.distributed.pool import start_ray
-    except ImportError:
-        print('--actors: skipped, the ray package is not installed (pip install -e ".[ray]")')
-        return []
+    from vecdqn.distributed.pool import start_ray
+
     counts = actor_counts(args.actors_counts)
     print(f"timing {ENV} with 0 (trainer), {', '.join(map(str, counts))} actors x {args.actors_envs} envs "
           f"({args.actors_steps} agent steps after {args.actors_learning_starts}) ...", flush=True)

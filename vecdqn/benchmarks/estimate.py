@@ -22,7 +22,7 @@ import tempfile
 import time
 from typing import Any, NamedTuple
 
-from vecdqn.benchmarks.harness import Row, check_train_options
+from vecdqn.benchmarks.harness import Row, check_durations, check_train_options
 from vecdqn.cli import duration
 from vecdqn.presets import PRESETS
 
@@ -88,8 +88,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 
     if args.env_id is not None:
         check_env_id(args.env_id)
-    if not args.estimate_seconds > 0:
-        raise ValueError(f"--estimate-seconds {args.estimate_seconds:g} must be > 0")
+    check_durations(args, "estimate_seconds")
     check_train_options("--estimate-options", args.estimate_options, args.preset, args.env_id)
 
 

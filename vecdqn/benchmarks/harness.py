@@ -18,8 +18,8 @@ from pathlib import Path
 
 from vecdqn.preflight import available_memory_bytes
 
-__all__ = ["COLUMNS", "ENV_ID", "Row", "available_memory_bytes", "check_counts", "check_train_options", "format_table",
-           "interleaved", "print_table", "rss_bytes", "time_block", "write_json"]
+__all__ = ["COLUMNS", "ENV_ID", "Row", "available_memory_bytes", "check_counts", "check_durations",
+           "check_train_options", "format_table", "interleaved", "print_table", "rss_bytes", "time_block", "write_json"]
 
 Row = dict
 COLUMNS = ["bench", "op", "impl", "num_envs", "capacity", "batch_size", "value", "unit", "ratio", "anchor", "note"]
@@ -42,6 +42,20 @@ def check_counts(args: argparse.Namespace, *dests: str, least: int = 1) -> None:
             flag = "--" + dest.replace("_", "-")
             each = ": each" if isinstance(value, list) else ""
             raise ValueError(f"{flag} {' '.join(map(str, values))}{each} must be >= {least}")
+
+
+def check_durations(args: argparse.Namespace, *dests: str) -> None:
+    """Refuse a duration of 0 of the options ``dests`` (their argparse names: a section's
+    ``--*-seconds``, whose `vecdqn.cli.duration` type already refuses negative and non-finite
+    values): a timing over no time measures nothing.
+
+    Raises:
+        ValueError: one line naming the first such option and the bound.
+    """
+    for dest in dests:
+        value = getattr(args, dest)
+        if not value > 0:
+            raise ValueError(f"--{dest.replace('_', '-')} {value:g} must be > 0")
 
 
 def check_train_options(flag: str, options: str, preset: str, env_id: str | None = None) -> list[str]:
@@ -140,9 +154,10 @@ def _cell(value: object) -> str:
 
 
 def format_table(rows: list[Row]) -> str:
-    """The rows as a text table of `COLUMNS`, a header line and one line per row."""
+    """The rows as a text table of `COLUMNS`, a header line and one line per row (no rows: the
+    header alone)."""
     cells = [[_cell(row.get(c)) for c in COLUMNS] for row in rows]
-    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(COLUMNS)]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(COLUMNS)]
     lines = [COLUMNS, *cells]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)) for line in lines)
 

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from vecdqn.benchmarks.harness import Row, check_counts
+from vecdqn.benchmarks.harness import Row, check_counts, check_durations
 from vecdqn.benchmarks.loop import loop_rows, options_note
 from vecdqn.cli import duration, whole_number
 
@@ -20,7 +20,7 @@ __all__ = ["QUICK", "add_arguments", "check_arguments", "check_devices", "learne
            "run", "torch_threads"]
 
 # --quick: the smallest sizes, for a smoke run (the numbers mean little)
-QUICK = {"learner_batches": [8], "loop_batches": [8], "loop_capacity": 2048}
+QUICK = {"learner_batches": [8], "loop_batches": [8], "loop_capacity": 2048, "learner_seconds": 0.1}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,8 +63,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` (one line, naming the flag) for a batch size, env count or capacity
     below 1, a ``--learner-seconds`` of 0, or a device this machine lacks (`check_devices`)."""
     check_counts(args, "learner_batches", "num_envs", "loop_batches", "loop_capacity")
-    if args.learner_seconds <= 0:
-        raise ValueError(f"--learner-seconds {args.learner_seconds:g} must be > 0")
+    check_durations(args, "learner_seconds")
     check_devices(args)
 
 
@@ -121,7 +120,7 @@ def run(args: argparse.Namespace) -> list[Row]:
 
     device = str(select_device(args.device))
     threads = torch_threads(args)
-    seconds = 0.1 if args.quick else args.learner_seconds
+    seconds = args.learner_seconds
     rows: list[Row] = []
     for batch in args.learner_batches:
         print(f"timing DQNAgent.update at batch {batch} on {device} with {threads} thread(s) ...", flush=True)

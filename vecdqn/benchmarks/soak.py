@@ -11,16 +11,21 @@ descriptors; the last row's ``ratio`` is the largest RSS over the first.
 from __future__ import annotations
 
 import argparse
+import re
 import tempfile
 from dataclasses import dataclass, field
 
 from vecdqn.benchmarks.harness import Row, check_counts
 from vecdqn.cli import whole_number
 
-__all__ = ["QUICK", "Sampler", "SoakSample", "add_arguments", "check_arguments", "run", "soak"]
+__all__ = ["LEARNING_STARTS", "QUICK", "Sampler", "SoakSample", "add_arguments", "check_arguments", "flags",
+           "least_buffer", "run", "soak"]
 
 # --quick: a short run (the numbers mean little)
 QUICK = {"soak_steps": 4_000, "soak_every": 1_000, "soak_buffer": 1_000}
+
+# The agent step of the run's first update.
+LEARNING_STARTS = 1_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,8 +39,49 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check_arguments(args: argparse.Namespace) -> None:
-    """Raise ``ValueError`` (one line, naming the flag) for a step count or capacity below 1."""
-    check_counts(args, "soak_steps", "soak_every", "soak_buffer")
+    """Raise ``ValueError`` (one line, naming the flag) for ``--soak-every`` below 1, a
+    ``--soak-buffer`` below what the run's replay needs (`least_buffer`), or ``--soak-steps`` that
+    end before the first sample (at twice ``--soak-buffer``) or before learning starts; checked in
+    benchmark.py's options, before the run's train config is built."""
+    check_counts(args, "soak_every")
+    steps, buffer = args.soak_steps, args.soak_buffer
+    least, why = least_buffer()
+    if buffer < least:
+        raise ValueError(f"--soak-buffer {buffer} must be >= {least}: the soak run's replay holds {why}")
+    if steps < max(2 * buffer, LEARNING_STARTS):
+        raise ValueError(f"--soak-steps {steps} must be >= {max(2 * buffer, LEARNING_STARTS)}: the run learns from "
+                         f"agent step {LEARNING_STARTS} and samples from agent step {2 * buffer}, twice --soak-buffer "
+                         f"{buffer} (the replay is then full)")
+    from vecdqn.cli import parse_config
+
+    try:  # anything else train.py would refuse (nothing, while the checks above match its own), in one line
+        parse_config(flags(steps, buffer, "runs"))
+    except ValueError as err:  # its pointer to train.py's --help goes: the line ends with benchmark.py's
+        said = re.sub(r" [(]see [^ ]+ --help[)]$", "", str(err))
+        raise ValueError(f"--soak-steps {steps} --soak-buffer {buffer}: the soak run cannot start: {said}") from None
+
+
+def least_buffer() -> tuple[int, str]:
+    """``(the least --soak-buffer, what it holds)``: one batch, and on each env's ring two frame
+    stacks and an n-step return (`vecdqn.learners`' rule for ``--buffer-size``)."""
+    from vecdqn.cli import parse_config
+
+    config, _ = parse_config(flags(LEARNING_STARTS, 10**6, "runs"), validate=False)
+    envs, _ = config.env_workers()
+    ring = 2 * config.frame_stack + config.n_step
+    return (max(config.batch_size, envs * ring),
+            f"a batch of {config.batch_size} transitions and {ring} slots for each of its {envs} envs")
+
+
+def flags(steps: int, buffer_size: int, log_dir: str) -> list[str]:
+    """``train.py``'s options for the soak run: Catch for ``steps`` agent steps with a replay of
+    ``buffer_size`` (see `soak`)."""
+    return [
+        "--preset", "catch", "--total-steps", str(steps), "--buffer-size", str(buffer_size),
+        "--learning-starts", str(LEARNING_STARTS), "--train-frequency", "16", "--hidden-size", "32",
+        "--eval-every", "20000", "--eval-episodes", "2", "--checkpoint-every", "20000", "--log-every", "5000",
+        "--log-dir", log_dir, "--run-name", "soak",
+    ]
 
 
 @dataclass
@@ -83,12 +129,7 @@ def soak(steps: int, every: int, buffer_size: int, log_dir: str) -> list[SoakSam
     from vecdqn.cli import parse_args
     from vecdqn.trainer import Trainer
 
-    config = parse_args([
-        "--preset", "catch", "--total-steps", str(steps), "--buffer-size", str(buffer_size),
-        "--learning-starts", "1000", "--train-frequency", "16", "--hidden-size", "32",
-        "--eval-every", "20000", "--eval-episodes", "2", "--checkpoint-every", "20000", "--log-every", "5000",
-        "--log-dir", log_dir, "--run-name", "soak",
-    ])
+    config = parse_args(flags(steps, buffer_size, log_dir))
     # The replay holds buffer_size frame slots: full after about that many agent steps.
     sampler = Sampler(every, start=2 * buffer_size)
     Trainer(config, progress=False, handle_signals=False,

@@ -6,7 +6,8 @@ steps per second. Every variant is timed in each round (see `harness.interleaved
 ``ratio`` column compares them on the same machine state; the anchor is the first variant
 (the first thread count, fp32, eager). ``--overlap-forward`` variants (``overlap``) run the
 next-observation passes on a second thread (see `vecdqn.dqn.agent`); they are not combined with
-``--compile``, which the trainer refuses with it.
+``--compile``, which the trainer refuses with it (lists that leave no variant, ``--update-compile
+on --update-overlap on``, are refused before anything runs).
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from vecdqn.benchmarks.harness import Row, check_counts, interleaved
+from vecdqn.benchmarks.harness import Row, check_counts, check_durations, interleaved
 from vecdqn.benchmarks.learner import random_batch
 from vecdqn.cli import duration, whole_number
 
-__all__ = ["QUICK", "add_arguments", "check_arguments", "run", "update_timer"]
+__all__ = ["QUICK", "add_arguments", "check_arguments", "run", "update_timer", "variants"]
 
 # --quick: one short timing per variant (the numbers mean little)
 QUICK = {"update_seconds": 0.1, "update_threads": [1], "update_amp": ["off"], "update_compile": ["off"],
@@ -57,13 +58,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_arguments(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` (one line, naming the flag) for a thread count below 1 or above
-    `vecdqn.staging.MAX_TORCH_THREADS`, before any variant is built."""
-    check_counts(args, "update_threads")
+    `vecdqn.staging.MAX_TORCH_THREADS`, a batch size below 1, an ``--update-seconds`` of 0, or
+    variants that leave none to time (``--update-compile on`` with ``--update-overlap on``), before
+    any variant is built."""
+    check_counts(args, "update_threads", "update_batch_sizes")
+    check_durations(args, "update_seconds")
     from vecdqn.staging import MAX_TORCH_THREADS
 
     if max(args.update_threads) > MAX_TORCH_THREADS:
         raise ValueError(f"--update-threads {' '.join(map(str, args.update_threads))}: each must be <= "
                          f"{MAX_TORCH_THREADS}")
+    if not variants(args, [1]):  # none at any batch size
+        raise ValueError(f"--update-compile {' '.join(args.update_compile)} with --update-overlap "
+                         f"{' '.join(args.update_overlap)} leaves no variant to time: overlap is never combined with "
+                         "compile (the trainer refuses --overlap-forward with --compile); add off to one of them")
+
+
+def variants(args: argparse.Namespace, batch_sizes: list[int]) -> list[tuple[int, int, str, bool, bool]]:
+    """``(batch, threads, amp, compile, overlap)`` of each variant to time, in order: every
+    combination of ``batch_sizes`` and the ``--update-*`` lists but compile with overlap."""
+    return [(batch, threads, amp, compiled == "on", overlap == "on") for batch, threads, amp, compiled, overlap in
+            itertools.product(batch_sizes, args.update_threads, args.update_amp, args.update_compile,
+                              args.update_overlap) if not (compiled == "on" and overlap == "on")]
 
 
 def update_timer(n_actions: int, screen_size: int, hidden_size: int, batch: int, threads: int, amp: str,
@@ -111,22 +127,18 @@ def run(args: argparse.Namespace) -> list[Row]:
     batch_sizes = args.update_batch_sizes or [config.batch_size]
     n_actions = check_env_starts(config)
     seconds = args.update_seconds
-    variants, batch_of = {}, {}
-    for batch, threads, amp, compiled, overlap in itertools.product(
-            batch_sizes, args.update_threads, args.update_amp, args.update_compile, args.update_overlap):
-        if compiled == "on" and overlap == "on":
-            continue
+    timers, batch_of = {}, {}
+    for batch, threads, amp, compiled, overlap in variants(args, batch_sizes):
         name = f"{threads} thread{'s' if threads > 1 else ''}, {'bf16' if amp == 'bf16' else 'fp32'}" + (
-            ", compile" if compiled == "on" else "") + (", overlap" if overlap == "on" else "") + (
+            ", compile" if compiled else "") + (", overlap" if overlap else "") + (
             f", batch {batch}" if len(batch_sizes) > 1 else "")
-        variants[name], batch_of[name] = update_timer(n_actions, config.screen_size, config.hidden_size, batch,
-                                                      threads, amp, compiled == "on", seconds,
-                                                      overlap == "on"), batch
+        timers[name], batch_of[name] = update_timer(n_actions, config.screen_size, config.hidden_size, batch,
+                                                    threads, amp, compiled, seconds, overlap), batch
     print(f"timing DQNAgent.update for --preset {args.update_preset} ({config.screen_size} px, "
           f"{config.hidden_size} hidden, {n_actions} actions, batch {', '.join(map(str, batch_sizes))}): "
-          f"{len(variants)} variants x {args.repeats} rounds ...", flush=True)
-    anchor = next(iter(variants))
-    results = interleaved(args.repeats, variants, anchor)
+          f"{len(timers)} variants x {args.repeats} rounds ...", flush=True)
+    anchor = next(iter(timers))
+    results = interleaved(args.repeats, timers, anchor)
     torch.set_num_threads(max(args.update_threads))
     return [{"bench": "update", "op": name, "impl": "vecdqn", "batch_size": batch_of[name], "value": value,
              "unit": "ms/update", "ratio": ratio, "anchor": anchor,
