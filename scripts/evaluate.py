@@ -51,6 +51,7 @@ Exit codes: 0 done; 2 bad input or a second evaluation of a run (one line on std
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import math
@@ -78,6 +79,7 @@ from vecdqn.cli import (  # noqa: E402
     finite_number,
     whole_number,
 )
+from vecdqn.config import Config, option_flag  # noqa: E402
 from vecdqn.curves import EVAL_TAG, Scalars, best_point, checkpoint_evals, last_point, read_run  # noqa: E402
 from vecdqn.envs import env_family  # noqa: E402
 from vecdqn.evaluation import PROTOCOL_TAGS, EvalResult, evaluate, periodic_eval_seed  # noqa: E402
@@ -240,20 +242,28 @@ def _check_args(args: argparse.Namespace) -> None:
 def parse_steps(text: str) -> tuple[int, int | None, int]:
     """``--steps FIRST:LAST:EVERY`` (agent steps, parts optional) -> ``(first, last or None, every)``.
 
+    Each part is a whole number as every count of every script takes it (`whole_number`: digits
+    0-9, an optional sign, ``_`` between digits, e.g. ``1_000::2_000``).
+
     Raises:
-        UsageError: not one to three colon-separated whole numbers, one above 10**12 (`whole_number`'s
-            limit), FIRST after LAST, or EVERY < 1.
+        UsageError: more than three colon-separated parts, a part `whole_number` refuses (naming
+            it and why: not a whole number, or one above 10**12), FIRST below 0 or after LAST, or
+            EVERY < 1.
     """
     parts = text.split(":")
-    # ASCII digits only: str.isdigit also takes '²', which int() refuses.
-    if len(parts) > 3 or not all(p.strip().isascii() and p.strip().isdigit() for p in parts if p.strip()):
+    if len(parts) > 3:
         raise UsageError(f"--steps {text!r} is not FIRST:LAST:EVERY (whole agent step counts, each optional), "
                          "e.g. 4000000::200000")
-    try:
-        first, last, every = [whole_number(p) if p.strip() else None for p in parts + [""] * (3 - len(parts))]
-    except argparse.ArgumentTypeError as err:
-        raise UsageError(f"--steps {text!r}: {err}") from None
+    values = []
+    for name, part in zip(("FIRST", "LAST", "EVERY"), parts + [""] * (3 - len(parts))):
+        try:
+            values.append(whole_number(part) if part.strip() else None)
+        except argparse.ArgumentTypeError as err:
+            raise UsageError(f"--steps {text!r}: {name}: {err}") from None
+    first, last, every = values
     first = 0 if first is None else first
+    if first < 0:
+        raise UsageError(f"--steps {text!r}: FIRST {first:,} is below 0; agent steps count from 0")
     if last is not None and last < first:
         raise UsageError(f"--steps {text!r}: LAST {last:,} is before FIRST {first:,}")
     if every is not None and every < 1:
@@ -353,6 +363,7 @@ def _evaluate(argv: list[str] | None) -> None:
         return
     policy = load_policy(args.checkpoint, device)
     check_options_apply(args.ale_only, policy.config.env_id)
+    check_noop_cap(args, policy.config)
     seed = policy.config.seed if args.seed is None else args.seed
     with games_bar(args.episodes) as bar:
         result = _play(policy, args, seed, device, bar)
@@ -380,6 +391,24 @@ def check_options_apply(flags: list[str], env_id: str) -> None:
     one = len(flags) == 1
     raise UsageError(f"{', '.join(flags)} do{'es' if one else ''} not apply to {env_id}, the checkpoint's env, of the "
                      f"{family.name} family, which has no no-op starts or lives: drop {'it' if one else 'them'}")
+
+
+def check_noop_cap(args: argparse.Namespace, config: Config) -> None:
+    """Refuse ``--noop-max`` and ``--max-episode-frames`` where the env's own check refuses them
+    (`vecdqn.envs.EnvOptions.validate`: no-op starts as long as an ALE game's frame cap), naming the
+    flags as train.py does; the env, made without names, would say ``noop_max=5000``.
+
+    Raises:
+        UsageError: one line naming both flags and the most no-op frames the cap leaves.
+    """
+    if not env_family(config.env_id).fire_and_noop:  # its envs have neither
+        return
+    options = dataclasses.replace(config.env_options(), noop_max=args.noop_max,
+                                  max_episode_frames=args.max_episode_frames)
+    try:
+        options.validate(option_flag)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def games_bar(total: int) -> tqdm:
@@ -444,7 +473,9 @@ def _evaluate_every_checkpoint(args: argparse.Namespace, device: torch.device) -
                              f"(agent steps {kept[0][0]:,} to {kept[-1][0]:,})")
         kept = chosen
     for _, path in kept:  # every file checked before the first game
-        check_options_apply(args.ale_only, load_policy(path).config.env_id)
+        config = load_policy(path).config
+        check_options_apply(args.ale_only, config.env_id)
+        check_noop_cap(args, config)
     records = []
     with EvalLog(args.checkpoint) as log:
         print(ROW.format("agent step", "saved", "mean ± std", "median", "min", "max", "HNS"))

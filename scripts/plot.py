@@ -35,6 +35,10 @@ over the games and notes naming the sources (`vecdqn.tables.suite_table`). With 
 panel per game: training return and evaluations against agent steps, the 10M-step anchor as a
 dashed line.
 
+An event file read only up to a damaged record (cut short, or failing its CRC-32 check; TensorBoard's
+reader stops there) is named in one warning line on stderr; the tables and figure are of what
+comes before the damage. A run whose event files hold no readable event is refused.
+
 Exit codes: 0 done; 2 bad input or matplotlib missing (one line on stderr); 130 interrupted.
 """
 
@@ -130,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
         "the setting (env id, preset, algo, the options that tell it apart) and its runs; a row per "
         "agent step at which any seed was evaluated (without evaluations: every --every agent steps "
         "and each seed's last); per seed minutes, training return and evaluation (— where it has "
-        "none); the mean and range (min to max) over the seeds of the evaluation (of the training "
+        "none; a seed never evaluated beside seeds that were: its minutes and training return on every row up to its "
+        "last step); the mean and range (min to max) over the seeds of the evaluation (of the training "
         "return without evaluations) where every seed has a value",
     )
     parser.add_argument(
@@ -411,6 +416,8 @@ def _plot(argv: list[str] | None) -> None:
     if args.output is not None:
         load_pyplot()  # fail before reading the runs, which can take a while
     runs = [read_run(folder, args.window) for folder in args.runs]
+    for line in (line for run in runs for line in run.damaged):
+        print(f"{PROG}: warning: {line}", file=sys.stderr)
     if args.suite:
         check_suite(runs)
         print(suite_table(runs), flush=True)

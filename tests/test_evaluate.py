@@ -213,6 +213,34 @@ def test_a_config_that_does_not_fit_its_network_exits_2_before_play(tmp_path, ca
         evaluate(network, config, episodes=1, epsilon=0.0, seed=0, device="cpu")
 
 
+def _resave(path: Path, **changes: object) -> Path:
+    """Re-save a checkpoint with some of its keys changed (a later vecdqn's format, say)."""
+    return checkpoint.save_atomic({**checkpoint.load(path), **changes}, path)
+
+
+def test_a_checkpoint_of_a_format_this_vecdqn_does_not_read_is_refused_before_play(tmp_path, capsys,
+                                                                                   save_fresh_checkpoint):
+    """As train.py --resume refuses it: one line naming the file, its format and the one read (it
+    was played without a word)."""
+    path = _resave(save_fresh_checkpoint(tmp_path / "c.pt", "vecdqn/Catch-v0", 3), format=999)
+    assert _script().main([str(path), "--episodes", "1"]) == 2
+    assert capsys.readouterr() == ("", f"evaluate.py: error: checkpoint {path} has format 999, written by no vecdqn "
+                                       f"version; this version reads {checkpoint.CHECKPOINT_FORMAT!r}: evaluate it "
+                                       "with the version that wrote it\n")
+
+
+def test_every_checkpoint_refuses_a_kept_checkpoint_of_another_format_before_any_game(evaluated_catch_run, tmp_path,
+                                                                                     capsys):
+    run_dir = _copy(evaluated_catch_run[0], tmp_path)
+    kept = dict(checkpoint.kept_checkpoints(run_dir))
+    _resave(kept[400], format="vecdqn-checkpoint-999")
+    assert _script().main([str(run_dir), "--every-checkpoint", "--episodes", "1"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert f"checkpoint {kept[400]} has format 'vecdqn-checkpoint-999', written by a newer vecdqn; " in err
+    assert not (run_dir / CHECKPOINT_EVALS).exists()
+
+
 @pytest.mark.parametrize(
     ("args", "word"),
     [
@@ -235,6 +263,26 @@ def test_bad_options_exit_2_with_one_line(tmp_path, capsys, save_fresh_checkpoin
     assert _script().main([str(path), *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and word in err[0], err
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--max-episode-frames", "2000", "--noop-max", "5000"], "--noop-max 5000 is invalid; use at most 1,999 no-op "
+                                                             "frames (fewer than the game's frame cap, "
+                                                             "--max-episode-frames 2000; DQN uses 30)"),
+    (["--max-episode-frames", "20"], "--noop-max 30 is invalid; use at most 19 no-op frames (fewer than the game's "
+                                     "frame cap, --max-episode-frames 20; DQN uses 30)"),  # the default's
+])
+def test_noop_starts_as_long_as_the_frame_cap_are_refused_naming_both_flags(tmp_path, capsys, save_fresh_checkpoint,
+                                                                            args, line):
+    """As train.py names them, not as the env's fields (it said noop_max=5000), before any game."""
+    path = save_fresh_checkpoint(tmp_path / "c.pt", "BreakoutNoFrameskip-v4", 4)
+    assert _script().main([str(path), "--episodes", "1", *args]) == 2
+    assert capsys.readouterr() == ("", f"evaluate.py: error: {line}\n")
+
+
+def test_a_short_frame_cap_is_no_error_for_an_env_without_noop_starts(tmp_path, save_fresh_checkpoint):
+    path = save_fresh_checkpoint(tmp_path / "c.pt", "vecdqn/Catch-v0", 3)
+    assert _script().main([str(path), "--episodes", "1", "--max-episode-frames", "20"]) == 0
 
 
 @pytest.mark.parametrize("args", [["--epi", "3"], ["--vid", "x.mp4"], ["--fire", "--episodes", "1"]])
@@ -489,7 +537,9 @@ def test_every_checkpoint_writes_the_json_list(evaluated_catch_run, tmp_path):
 
 
 @pytest.mark.parametrize("steps, want", [("400:", [400, 600]), ("::400", [400]), ("200:600:400", [200, 600]),
-                                         (":400", [200, 400]), ("600", [600])])
+                                         (":400", [200, 400]), ("600", [600]),
+                                         # Whole numbers as every count takes them: a sign, _ between digits.
+                                         ("2_00::4_00", [200, 600]), ("+200:+4_00", [200, 400])])
 def test_steps_selects_among_the_kept_checkpoints(evaluated_catch_run, tmp_path, capsys, steps, want):
     run_dir = _copy(evaluated_catch_run[0], tmp_path)
     assert _script().main([str(run_dir), "--every-checkpoint", "--episodes", "1", "--steps", steps]) == 0
@@ -515,10 +565,11 @@ def test_steps_counts_a_checkpoint_kept_past_its_multiple_as_that_multiple(tmp_p
 
 @pytest.mark.parametrize("args, word", [
     (["--steps", "400:"], "add --every-checkpoint"),
-    (["--every-checkpoint", "--steps", "4e5:"], "not FIRST:LAST:EVERY"),
+    (["--every-checkpoint", "--steps", "4e5:"], "--steps '4e5:': FIRST: invalid int value: '4e5' (a whole number"),
     (["--every-checkpoint", "--steps", "1:2:3:4"], "not FIRST:LAST:EVERY"),
-    (["--every-checkpoint", "--steps=-200:"], "not FIRST:LAST:EVERY"),
-    (["--every-checkpoint", "--steps", "\u00b2:"], "--steps '\u00b2:' is not FIRST:LAST:EVERY"),
+    (["--every-checkpoint", "--steps=-200:"], "--steps '-200:': FIRST -200 is below 0"),
+    (["--every-checkpoint", "--steps", ":1__0"], "--steps ':1__0': LAST: invalid int value: '1__0'"),
+    (["--every-checkpoint", "--steps", "\u00b2:"], "--steps '\u00b2:': FIRST: invalid int value"),
     (["--every-checkpoint", "--steps", "600:200"], "LAST 200 is before FIRST 600"),
     (["--every-checkpoint", "--steps", "::0"], "EVERY must be at least 1"),
     (["--every-checkpoint", "--steps", "700:"], "selects none of the 3 kept checkpoints"),
@@ -708,8 +759,8 @@ def test_numbers_must_be_finite_and_in_ascii_digits(tmp_path, capsys, args, kind
     (["--episodes", "1000000000001"], "argument --episodes: 1000000000001 is above 10**12, the largest count an "
                                       "option takes"),
     (["--max-episode-frames", "1" + "0" * 20], "argument --max-episode-frames: 100000000000000000000 is above 10**12"),
-    (["--every-checkpoint", "--steps", "0:1000000000001"], "--steps '0:1000000000001': 1000000000001 is above "
-                                                           "10**12, the largest count an option takes"),
+    (["--every-checkpoint", "--steps", "0:1000000000001"], "--steps '0:1000000000001': LAST: 1000000000001 is "
+                                                           "above 10**12, the largest count an option takes"),
 ])
 def test_counts_above_10_12_exit_2_with_one_line_naming_the_limit(tmp_path, capsys, args, message):
     """Every count stops where train.py's do (`vecdqn.cli.whole_number`), before any checkpoint is read."""

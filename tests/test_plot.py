@@ -9,6 +9,7 @@ table cell is checked against a hand computation.
 import dataclasses
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 import time
@@ -349,6 +350,44 @@ def test_broken_config_is_one_line(tmp_path, capsys):
     assert err.startswith(f"plot.py: error: {run / 'config.json'} is not readable JSON") and err.count("\n") == 1
 
 
+def test_event_files_of_random_bytes_are_called_unreadable_not_empty(tmp_path, capsys):
+    run = make_run(tmp_path / "random", 1)
+    (events,) = run.glob("*tfevents*")
+    events.write_bytes(np.random.default_rng(0).bytes(4096))
+    assert plot.main([str(run)]) == 2
+    assert capsys.readouterr() == ("", f"plot.py: error: {events} is unreadable: its first record fails its CRC-32 "
+                                       "check (a corrupt file, or not a TensorBoard event file)\n")
+    events.write_bytes(b"")  # a live run's file before its first write: no events yet, as before
+    assert plot.main([str(run)]) == 2
+    assert capsys.readouterr().err == f"plot.py: error: {run}: its event files hold no events yet\n"
+
+
+@pytest.mark.parametrize("damage, what", [("cut", "is cut short in a record"),
+                                          ("flip", "has a record that fails its CRC-32 check")])
+def test_a_damaged_event_file_is_read_up_to_the_damage_with_one_warning(tmp_path, capsys, damage, what):
+    """TensorBoard's reader stops at a truncated or corrupt record without a word; plot.py names
+    the file and reads on up to the damage (a live run's last record may be half-written)."""
+    run = make_run(tmp_path / "damaged", 1)
+    (events,) = run.glob("*tfevents*")
+    data = bytearray(events.read_bytes())
+    size = len(data) // 2
+    if damage == "cut":
+        events.write_bytes(data[:size])
+    else:
+        data[size] ^= 0xFF
+        events.write_bytes(bytes(data))
+    assert plot.main([str(run), "--every", "1000"]) == 0
+    out, err = capsys.readouterr()
+    match = re.fullmatch(rf"plot\.py: warning: {re.escape(str(events))} {what} at byte ([\d,]+) of "
+                         rf"{len(data) if damage == 'flip' else size:,}: read up to the damage \((\d+) events\)\n", err)
+    assert match, err
+    at = int(match[1].replace(",", ""))
+    assert size - 100 < at <= size  # the record the damage is in, a few dozen bytes long
+    games = read_run(run).games
+    assert 0 < len(games.steps) < 250 and out.startswith(f"{run}: ") and f"; {len(games.steps)} games," in out
+    assert read_run(run).damaged == [err.removeprefix("plot.py: warning: ").strip()]
+
+
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, a folder that takes no new files")
 def test_unwritable_output_folder_is_one_line_before_any_run_is_read(two_seeds, capsys):
     """/proc reports itself writable to root, yet no file can be created in it: refused up front,
@@ -457,6 +496,22 @@ def test_markdown_tables_by_hand(settings, capsys):
         "|---|---|---|---|---|\n"
         "| seed 1 | — | — | — | +1.50 (300) |\n",
     ]
+
+
+def test_a_seed_never_evaluated_beside_one_that_was_has_its_training_columns_filled(settings, tmp_path):
+    """Rows at the other seed's evaluations give the seed without any its minutes and training
+    return there, as its own table does (they were "—": looked up at its evaluations only)."""
+    never = make_setting_run(tmp_path / "never", 3, [float(i % 3) for i in range(30)], 6, {}, n_step=1)
+    runs = [read_run(settings[0], window=2), read_run(never, window=2)]
+    alone = markdown(runs[1:], every=1000).splitlines()
+    assert alone[4:6] == ["| 1,000 | 1.0 | +1.00 |", "| 2,000 | 2.0 | +0.50 |"]
+    lines = markdown(runs, threshold=18).splitlines()
+    assert lines[0].startswith("**vecdqn/Catch-v0 (preset catch)**, algo dqn, 2 seeds: seed 1 ")
+    assert lines[4:6] == [
+        "| 1,000 | 1.1 | −12.50 | −20.0 | 1.0 | +1.00 | — | — | — |",
+        "| 2,000 | 2.1 | −2.50 | **+19.0** | 2.0 | +0.50 | — | — | — |",
+    ]
+    assert lines[-1] == "| seed 3 | — | — | — | — |"  # no evaluation reaches 18: it has none
 
 
 def test_training_threshold_counts_full_windows_only(settings):

@@ -225,8 +225,7 @@ def load_policy(path: str | os.PathLike[str], device: torch.device | str = "cpu"
         CheckpointError: missing, corrupt or foreign checkpoint, weights that do not fit the
             network the checkpoint describes, or a network for other observations than the
             saved config's envs make (``frame_stack``, ``screen_size``), which play would
-            otherwise meet as a shape error in the first forward pass; a checkpoint format newer
-            than `CHECKPOINT_FORMAT` (or of no vecdqn).
+            otherwise meet as a shape error in the first forward pass; a newer or foreign format.
     """
     file = resolve_checkpoint(path)
     state = load(file, required=("config", "agent", "n_actions", "obs_shape"))
@@ -409,15 +408,14 @@ def _format_age(name: Any) -> int | None:
     """``-1``, ``0`` or ``1`` as a checkpoint's ``format`` is older than, equal to or newer than
     `CHECKPOINT_FORMAT` (``"vecdqn-checkpoint-<N>"``); None for a name of no vecdqn format."""
     prefix, _, number = str(name).rpartition("-")
-    ours = int(CHECKPOINT_FORMAT.rpartition("-")[2])
-    if prefix != CHECKPOINT_FORMAT.rpartition("-")[0] or not number.isdecimal() or not number.isascii():
+    ours, theirs = int(CHECKPOINT_FORMAT.rpartition("-")[2]), int(number) if number.isdigit() else -1
+    if prefix != CHECKPOINT_FORMAT.rpartition("-")[0] or not number.isascii() or theirs < 0:
         return None
-    return (int(number) > ours) - (int(number) < ours)
+    return (theirs > ours) - (theirs < ours)
 
 
 def _refuse_format(path: Any, name: Any, advice: str) -> None:
-    age = _format_age(name)
-    who = {-1: "an older vecdqn", 1: "a newer vecdqn", None: "no vecdqn version"}[age]
+    who = {-1: "an older vecdqn", 1: "a newer vecdqn", None: "no vecdqn version"}[_format_age(name)]
     raise CheckpointError(f"checkpoint {path} has format {name!r}, written by {who}; this version reads "
                           f"{CHECKPOINT_FORMAT!r}: {advice}")
 

@@ -29,13 +29,14 @@ import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.tensorflow_stub import errors, pywrap_tensorflow
 
 from vecdqn.config import options_with
 
@@ -79,6 +80,7 @@ class RunCurves:
         evals: ``V`` evaluations: mean return of each periodic evaluation.
         clock: ``T`` events of every scalar tag, for the time at which the run passed a step.
         window: games in the training curve's trailing mean.
+        damaged: a line per event file read only up to a damaged record, naming it and where.
     """
 
     path: Path
@@ -88,6 +90,7 @@ class RunCurves:
     evals: Scalars
     clock: Scalars
     window: int
+    damaged: list[str] = field(default_factory=list)
 
     @property
     def last_step(self) -> int:
@@ -228,10 +231,21 @@ def training_minutes(wall_times: np.ndarray, origin: float, paused: np.ndarray) 
     return (wall - origin - within) / 60.0
 
 
-def _file_span(path: Path) -> tuple[float, float] | None:
-    """The first and last wall time of one event file's events (None for a file with none)."""
-    times = [event.wall_time for event in EventFileLoader(str(path)).Load()]
-    return (min(times), max(times)) if times else None
+def _read_event_file(path: Path) -> tuple[list[float], int | None, bool]:
+    """An event file read as TensorBoard's reader (no TensorFlow) reads it, which stops silently at a
+    damaged record: its events' wall times up to there, the record's byte offset (None: no damage),
+    and whether it is cut short (the file ends in it, as a live run's may) or fails its CRC-32 check."""
+    reader, times, offset = pywrap_tensorflow.PyRecordReader_New(str(path)), [], 0
+    with reader.file_handle:
+        while True:
+            try:
+                reader.GetNext()
+            except errors.OutOfRangeError:  # the end, after a whole record
+                return times, None, False
+            except errors.DataLossError as err:
+                return times, offset, "truncated" in str(err)
+            offset += len(reader.record()) + 16  # the length (8 bytes) and its CRC (4), the event and its CRC (4)
+            times.append(Event.FromString(reader.record()).wall_time)
 
 
 def _scalars(events: Sequence[Any], origin: float, paused: np.ndarray) -> Scalars:
@@ -265,7 +279,9 @@ def read_run(folder: str | Path, window: int = WINDOW) -> RunCurves:
         window: games in the training curve's trailing mean.
 
     Raises:
-        RunError: the folder does not exist, holds no event files, or they hold no events.
+        RunError: the folder does not exist, holds no event files, or they hold no events (naming
+            a file whose first record fails its CRC-32 check). Other damage is only reported
+            (`RunCurves.damaged`): a live run's last record may be half-written.
     """
     folder = Path(folder)
     check_run_folder(folder)
@@ -273,11 +289,15 @@ def read_run(folder: str | Path, window: int = WINDOW) -> RunCurves:
     accumulator = EventAccumulator(str(folder), size_guidance={"scalars": 0})
     with quiet_tensorboard():
         accumulator.Reload()
+    files = {path: _read_event_file(path) for path in event_files(folder)}
     try:
         origin = accumulator.FirstEventTimestamp()
     except ValueError as err:
+        for path in (path for path, (_, at, cut) in files.items() if at == 0 and not cut):
+            raise RunError(f"{path} is unreadable: its first record fails its CRC-32 check (a corrupt file, or "
+                           "not a TensorBoard event file)") from err
         raise RunError(f"{folder}: its event files hold no events yet") from err
-    paused = pauses([span for path in event_files(folder) if (span := _file_span(path)) is not None])
+    paused = pauses([(min(times), max(times)) for times, _, _ in files.values() if times])
     by_tag = {tag: _in_step_order(accumulator.Scalars(tag)) for tag in accumulator.Tags()["scalars"]}
     for tag, events in checkpoint_evals(folder).items():  # a checkpoint's evaluation stands for the run's own
         merged = {e.step: e for e in by_tag.get(tag, [])} | {e.step: e for e in events}
@@ -292,6 +312,9 @@ def read_run(folder: str | Path, window: int = WINDOW) -> RunCurves:
         evals=_scalars(by_tag.get(EVAL_TAG, []), origin, paused),
         clock=_scalars(every_event, origin, paused),
         window=window,
+        damaged=[f"{path} {'is cut short in a record' if cut else 'has a record that fails its CRC-32 check'} at "
+                 f"byte {at:,} of {path.stat().st_size:,}: read up to the damage ({len(times)} events)"
+                 for path, (times, at, cut) in files.items() if at is not None],
     )
 
 

@@ -5,7 +5,9 @@ line naming it and its runs, then a table with one row per agent step: every ste
 its seeds was evaluated (``eval/return_mean``, from the run or its ``checkpoint-evals/``), or, for a
 setting without evaluations, every ``every`` agent steps and each seed's last step. Per seed the
 row gives the minutes at which the seed reached the step, its training return (mean of the last
-`RunCurves.window` games), and its evaluation; two more columns give the mean and the range
+`RunCurves.window` games), and its evaluation (a seed evaluated at other steps only has no cells on
+the row; a seed never evaluated, beside seeds that were, has its minutes and training return on
+every row up to its last step); two more columns give the mean and the range
 (min to max) over the seeds of the evaluation (of the training return where there is no
 evaluation), on the rows where every seed has a value. With a threshold, a second table gives per
 seed the first agent step and minute at which the evaluation (or, without evaluations, the
@@ -143,8 +145,12 @@ def _steps(runs: Sequence[RunCurves], every: int | None) -> tuple[np.ndarray, bo
 
 def _columns(run: RunCurves, steps: np.ndarray, evaluated: bool) -> tuple[np.ndarray, ...]:
     """One seed's ``minutes``, ``training`` and ``evaluation`` at ``steps (K,)``, each ``(K,)
-    float64``, NaN where the seed has no value (no evaluation at that step, or past its last)."""
-    if evaluated:
+    float64``, NaN where the seed has no value (no evaluation at that step, or past its last).
+
+    Rows of evaluations give a seed with evaluations its values at its own evaluations only; a
+    seed without any (trained with ``--eval-every 0`` and not evaluated since) its minutes and
+    training return at every row up to its last step, as its table alone gives them."""
+    if evaluated and len(run.evals.steps):
         has = np.isin(steps, run.evals.steps)
         at = np.searchsorted(run.evals.steps, steps[has])
         minutes, evaluation = np.full(len(steps), np.nan), np.full(len(steps), np.nan)
