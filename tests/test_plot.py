@@ -745,3 +745,16 @@ def test_suite_bad_input_is_one_line(suite, tmp_path, capsys, args, message):
     out, err = capsys.readouterr()
     assert out == ""
     assert err.startswith("plot.py: error: ") and err.count("\n") == 1 and message.format(**names) in err
+
+
+def test_a_reader_that_leaves_early_stops_a_script_quietly():
+    """`plot.py ... | head` ended in "plot.py: error: [Errno 32] Broken pipe" and exit 2, as if the
+    input were bad: a script whose stdout reader has gone now exits 141 (as a shell tool) and says
+    nothing. The body writes far more than a pipe holds, so the write after the reader left fails."""
+    code = ("import sys; from vecdqn.cli import exit_code\n"
+            "sys.exit(exit_code('x.py', lambda: [print('row', i) for i in range(10**6)] and None))")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    assert child.stdout.readline() == b"row 0\n"
+    child.stdout.close()
+    assert child.wait(timeout=60) == 141
+    assert child.stderr.read() == b""

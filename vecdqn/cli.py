@@ -162,11 +162,15 @@ def exit_code(prog: str, body: Callable[[], int | None], bad_input: tuple[type[B
     Returns:
         ``body``'s own code (None: 0); 2 for a `UsageError` or one of ``bad_input`` (the script's
         errors for input it cannot use, e.g. a corrupt checkpoint), printed as `error_line`;
-        130 for Ctrl-C (143 for SIGTERM), printed as ``<prog>: interrupted``.
+        130 for Ctrl-C (143 for SIGTERM), printed as ``<prog>: interrupted``; 141 (SIGPIPE's) when
+        stdout's reader has gone, printing nothing.
     """
     with as_ctrl_c() if stop_on_signals else contextlib.nullcontext([]) as received:
         try:
             code = body()
+        except BrokenPipeError:  # stdout's reader left (`| head`): stop quietly, as a shell tool does
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not fail
+            return 141  # 128 + SIGPIPE, as a shell reports a tool its pipe closed
         except (UsageError, *bad_input) as err:
             print(error_line(prog, err), file=sys.stderr)
             return 2
@@ -254,16 +258,11 @@ def build_parser() -> OneLineErrorParser:
              "option says frames. Whole numbers are written in the digits 0-9 (an optional sign, _ between digits: "
              "10_000_000, not 1e7) and no count exceeds 10**12; decimal numbers must be finite (not inf or nan), and "
              "a duration in seconds is at most 10**8 (over 3 years).")
-    parser = OneLineErrorParser(
-        prog=PROG,
-        description="\n".join(["Train a Q-learning agent on an Atari game, with one of these learners:", *learners,
-                               textwrap.fill(rules, 100)]),
-        formatter_class=_HelpFormatter,
-        epilog=presets_help(),
-        # A prefix such as --total for --total-steps would be parsed but not seen by
-        # `explicit_options`, so a preset or a resume would silently override it: refuse prefixes.
-        allow_abbrev=False,
-    )
+    # allow_abbrev: a prefix such as --total for --total-steps would be parsed but not seen by
+    # `explicit_options`, so a preset or a resume would silently override it: refuse prefixes.
+    head = "Train a Q-learning agent on an Atari game, with one of these learners:"
+    parser = OneLineErrorParser(prog=PROG, description="\n".join([head, *learners, textwrap.fill(rules, 100)]),
+                                formatter_class=_HelpFormatter, epilog=presets_help(), allow_abbrev=False)
     # The options every learner uses in one group, then a group per learner (or learners) for the
     # options their records name as their own.
     # Ape-X's options (those only --actors N reads) in a group of their own.
