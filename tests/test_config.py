@@ -78,6 +78,7 @@ def test_preset_sets_defaults_but_explicit_options_win():
         (["--buffer-size", "64", "--batch-size", "8", "--learning-starts", "8", "--n-step", "3"],
          "leaves 8 slots per env"),  # 8 envs: each ring must hold 2 stacks and an n-step window
         (["--run-name", "../escape"], "--run-name '../escape' must be a plain folder name"),
+        (["--run-name", "a\nb"], "--run-name 'a\\nb' must be a plain folder name (no '/', no control character"),
         (["--per-alpha", "-1"], "--per-alpha -1.0 must be a finite number >= 0"),
         (["--max-grad-norm", "-1"], "--max-grad-norm -1.0 must be a finite number >= 0"),
         (["--torch-threads", "100000"], "--torch-threads 100000 must be a finite number in [0, 1024]"),

@@ -711,6 +711,16 @@ def test_a_checkpoint_outside_a_run_folder_is_refused_and_the_advice_resumes(tmp
     assert checkpoint.load_training(new / "checkpoints" / "final.pt")["train_state"]["step"] == 400
 
 
+@pytest.mark.parametrize("log_dir", ["", " "])
+def test_an_empty_log_dir_is_refused_and_writes_nothing(tmp_path, monkeypatch, capsys, log_dir):
+    """--log-dir '' wrote the run folder into the shell's current folder."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["--preset", "catch", "--log-dir", log_dir]) == 2
+    assert capsys.readouterr().err == (f"train.py: error: --log-dir {log_dir!r} names no folder; give one (default: "
+                                       "runs; . for this folder)\n")
+    assert not any(tmp_path.iterdir())
+
+
 def test_an_empty_resume_is_refused_and_starts_nothing(tmp_path, monkeypatch, capsys):
     """``--resume ""`` used to start a new run of the defaults (Breakout, 10M agent steps) in ./runs."""
     monkeypatch.chdir(tmp_path)

@@ -466,9 +466,9 @@ def _check_relations(c: Config) -> None:
     if c.run_name and len(c.run_name.encode()) > 255:
         raise ValueError(f"--run-name of {len(c.run_name.encode())} bytes is too long for a folder name; use at most "
                          "255 bytes")
-    if c.run_name and (c.run_name in (".", "..") or "/" in c.run_name or "\\" in c.run_name):
-        raise ValueError(f"--run-name {c.run_name!r} must be a plain folder name (no '/', not '.' or '..'); the run "
-                         "is written to --log-dir/<run-name>")
+    if c.run_name and (c.run_name in (".", "..") or {"/", "\\"} & set(c.run_name) or not c.run_name.isprintable()):
+        raise ValueError(f"--run-name {c.run_name!r} must be a plain folder name (no '/', no control character such as "
+                         "a newline, not '.' or '..'); the run is written to --log-dir/<run-name>")
     if c.init not in NETWORK_INITS:
         raise ValueError(f"--init {c.init!r} is not one of {', '.join(NETWORK_INITS)}")
     if c.preset:

@@ -156,6 +156,9 @@ def check_log_dir(config: Config, *, resuming: bool) -> None:
     Raises:
         ConfigError: one line naming the folder or ``--log-dir`` and what to do instead.
     """
+    if not config.log_dir.strip():  # Path("") is ".": the run would land in whatever folder the shell is in
+        raise ConfigError(f"--log-dir {config.log_dir!r} names no folder; give one (default: runs; . for this "
+                          "folder)")
     log_dir = Path(config.log_dir)
     if config.run_name and (log_dir / config.run_name).exists() and not (log_dir / config.run_name).is_dir():
         raise ConfigError(f"--run-name {config.run_name}: {log_dir / config.run_name} is a file, not a run folder; "
