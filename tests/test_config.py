@@ -78,6 +78,7 @@ def test_preset_sets_defaults_but_explicit_options_win():
         (["--buffer-size", "64", "--batch-size", "8", "--learning-starts", "8", "--n-step", "3"],
          "leaves 8 slots per env"),  # 8 envs: each ring must hold 2 stacks and an n-step window
         (["--run-name", "../escape"], "--run-name '../escape' must be a plain folder name"),
+        (["--run-name", "  "], "--run-name '  ' must be a plain folder name"),
         (["--run-name", "a\nb"], "--run-name 'a\\nb' must be a plain folder name (no '/', no control character"),
         (["--per-alpha", "-1"], "--per-alpha -1.0 must be a finite number >= 0"),
         (["--max-grad-norm", "-1"], "--max-grad-norm -1.0 must be a finite number >= 0"),
@@ -237,7 +238,10 @@ def test_piecewise_linear():
     (["--algo", "rainbow", "--no-per", "--per-beta-start", "0.2", "--per-eps", "1e-5"],
      "--per-beta-start, --per-eps would have no effect: --no-per samples the replay uniformly"),
     (["--checkpoint-every", "0", "--keep-checkpoints"],
-     "--keep-checkpoints would have no effect: --checkpoint-every 0 writes no periodic checkpoint to keep"),
+     "--keep-checkpoints would have no effect: --checkpoint-every writes no periodic checkpoint in --total-steps"),
+    (["--total-steps", "2000", "--checkpoint-every", "5000", "--keep-checkpoints"], "--keep-checkpoints would have no"),
+    (["--total-steps", "2000", "--eval-every", "5000"], "--eval-every would have no effect: no evaluation falls in "
+                                                        "--total-steps; drop it"),
     (["--epsilon-decay-steps", "0", "--epsilon-start", "0.5"],
      "--epsilon-start would have no effect: --epsilon-decay-steps 0 acts at --epsilon-end from agent step 0"),
 ])

@@ -704,6 +704,9 @@ def test_a_checkpoint_outside_a_run_folder_is_refused_and_the_advice_resumes(tmp
                    f"in {tmp_path / 'demo'}; to continue from it, give it a run folder of its own: mkdir -p "
                    f"NEW/checkpoints && cp {loose} NEW/checkpoints/latest.pt, then --resume NEW\n")
     assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == ["models"]
+    # a file that is no checkpoint is named as such, not given advice to copy it
+    assert cli.main(["--resume", str(tmp_path / "run" / "config.json")]) == 2
+    assert "is not a PyTorch checkpoint archive" in capsys.readouterr().err
     new = tmp_path / "new"
     (new / "checkpoints").mkdir(parents=True)
     shutil.copy(loose, new / "checkpoints" / "latest.pt")

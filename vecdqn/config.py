@@ -109,11 +109,13 @@ def unused_options(config: Config) -> dict[str, str]:
     unused = dict(learner_spec(config.algo).unused(config))
     if config.eval_every == 0:
         unused |= dict.fromkeys(("eval_episodes", "eval_epsilon"), "--eval-every 0 turns the periodic evaluation off")
+    elif config.eval_every > config.total_steps:
+        unused |= dict.fromkeys(("eval_every", "eval_episodes", "eval_epsilon"), "no evaluation falls in --total-steps")
     if not config.track:
         unused |= dict.fromkeys(("wandb_project", "wandb_entity", "wandb_group"),
                                 "they name the Weights & Biases run of --track, which is off")
-    if config.checkpoint_every == 0 and config.keep_checkpoints:
-        unused["keep_checkpoints"] = "--checkpoint-every 0 writes no periodic checkpoint to keep"
+    if config.keep_checkpoints and not 0 < config.checkpoint_every <= config.total_steps:
+        unused["keep_checkpoints"] = "--checkpoint-every writes no periodic checkpoint in --total-steps to keep"
     if config.epsilon_decay_steps == 0 and not config.epsilon_schedule:
         unused["epsilon_start"] = "--epsilon-decay-steps 0 acts at --epsilon-end from agent step 0"
     return unused
@@ -466,9 +468,9 @@ def _check_relations(c: Config) -> None:
     if c.run_name and len(c.run_name.encode()) > 255:
         raise ValueError(f"--run-name of {len(c.run_name.encode())} bytes is too long for a folder name; use at most "
                          "255 bytes")
-    if c.run_name and (c.run_name in (".", "..") or {"/", "\\"} & set(c.run_name) or not c.run_name.isprintable()):
+    if c.run_name and (c.run_name.strip(" .") == "" or {"/", "\\"} & set(c.run_name) or not c.run_name.isprintable()):
         raise ValueError(f"--run-name {c.run_name!r} must be a plain folder name (no '/', no control character such as "
-                         "a newline, not '.' or '..'); the run is written to --log-dir/<run-name>")
+                         "a newline, not only dots or spaces); the run is written to --log-dir/<run-name>")
     if c.init not in NETWORK_INITS:
         raise ValueError(f"--init {c.init!r} is not one of {', '.join(NETWORK_INITS)}")
     if c.preset:

@@ -71,12 +71,12 @@ def resume(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None
             one outside a run folder's ``checkpoints/`` (the run would go on in whatever folder holds it).
     """
     file = checkpoint.resolve_checkpoint(path)
+    saved = checkpoint.load_training(file)  # first: a file that is no checkpoint is the mistake to name
     if file.parent.name != "checkpoints":
         raise ConfigError(f"--resume {file} is not in a run folder's checkpoints/, and the run would go on in "
                           f"{file.parent.parent}; to continue from it, give it a run folder of its own: mkdir -p "
                           f"NEW/checkpoints && cp {shlex.quote(str(file))} NEW/checkpoints/latest.pt, then "
                           "--resume NEW")
-    saved = checkpoint.load_training(file)
     run_dir = file.parent.parent
     _check_latest(file, int(saved["train_state"]["step"]))
     config = _continued_config(saved, dict(overrides or {}), run_dir)

@@ -75,11 +75,13 @@ def least_buffer() -> tuple[int, str]:
 
 def flags(steps: int, buffer_size: int, log_dir: str) -> list[str]:
     """``train.py``'s options for the soak run: Catch for ``steps`` agent steps with a replay of
-    ``buffer_size`` (see `soak`)."""
+    ``buffer_size`` (see `soak`); an evaluation and a checkpoint every 20,000 agent steps, at the
+    end of a shorter run."""
+    every = str(min(20_000, steps))
     return [
         "--preset", "catch", "--total-steps", str(steps), "--buffer-size", str(buffer_size),
         "--learning-starts", str(LEARNING_STARTS), "--train-frequency", "16", "--hidden-size", "32",
-        "--eval-every", "20000", "--eval-episodes", "2", "--checkpoint-every", "20000", "--log-every", "5000",
+        "--eval-every", every, "--eval-episodes", "2", "--checkpoint-every", every, "--log-every", "5000",
         "--log-dir", log_dir, "--run-name", "soak",
     ]
 
