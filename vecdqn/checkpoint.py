@@ -405,11 +405,11 @@ def save_training(path: str | os.PathLike[str], *, replay: Any = None, envs: dic
 
 
 def _format_age(name: Any) -> int | None:
-    """``-1``, ``0`` or ``1`` as a checkpoint's ``format`` is older than, equal to or newer than
-    `CHECKPOINT_FORMAT` (``"vecdqn-checkpoint-<N>"``); None for a name of no vecdqn format."""
+    """-1, 0, 1: ``name`` older, equal, newer than `CHECKPOINT_FORMAT` (``vecdqn-checkpoint-<N>``); None: foreign."""
     prefix, _, number = str(name).rpartition("-")
-    ours, theirs = int(CHECKPOINT_FORMAT.rpartition("-")[2]), int(number) if number.isdigit() else -1
-    if prefix != CHECKPOINT_FORMAT.rpartition("-")[0] or not number.isascii() or theirs < 0:
+    ours = int(CHECKPOINT_FORMAT.rpartition("-")[2])
+    theirs = int(number) if number.isascii() and number.isdecimal() else -1  # int("²") would raise
+    if prefix != CHECKPOINT_FORMAT.rpartition("-")[0] or theirs < 0:
         return None
     return (theirs > ours) - (theirs < ours)
 
